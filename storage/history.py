@@ -1,0 +1,263 @@
+"""History rules shared by every store and layer: validation, turns, tool-pair-safe windows.
+
+The validation rules follow what chat APIs enforce on a history (and PraisonAI's ``setHistory``):
+known roles, correct field types, a ``system`` message only first, and every ``tool`` result
+answering a call of the nearest preceding assistant turn that made calls. Real data reuses
+tool-call ids across turns, so results are paired by nearest turn, never by a global id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from storage.errors import InvalidMessageError
+from storage.message import ROLES, ChatMessage, ToolCall
+
+__all__ = [
+    "check_tool_pairs",
+    "last_turns_start",
+    "safe_window",
+    "split_turns",
+    "validate_history",
+    "validate_message",
+]
+
+
+def _where(index: int | None) -> str:
+    return f"message {index}: " if index is not None else ""
+
+
+def _check_text(value: str, what: str, where: str) -> None:
+    # Lone surrogates cannot be encoded as UTF-8: refuse them before anything is written.
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessageError(
+                f"{where}{what} holds a lone surrogate at position {exc.start}, "
+                "which cannot be stored as UTF-8"
+            ) from None
+
+
+def _check_json_like(value: Any, what: str, where: str) -> None:
+    if isinstance(value, str):
+        _check_text(value, what, where)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidMessageError(f"{where}{what} has a non-string key {k!r}")
+            _check_text(k, what, where)
+            _check_json_like(v, what, where)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_json_like(v, what, where)
+    elif not (value is None or isinstance(value, bool | int | float)):
+        raise InvalidMessageError(
+            f"{where}{what} holds a {type(value).__name__}, which is not JSON data"
+        )
+
+
+def validate_message(message: object, index: int | None = None) -> ChatMessage:
+    """Check one message's role and field types; return it with ``created_at`` in UTC.
+
+    Args:
+        message: the message to check.
+        index: its position in a batch or history, named in the error.
+
+    Returns:
+        The message, with a non-UTC aware ``created_at`` converted to UTC.
+
+    Raises:
+        InvalidMessageError: not a ``ChatMessage``; unknown role; ``content`` not a str, None
+            or a sequence of mappings; ``tool_calls`` on a non-assistant message or not
+            ``ToolCall`` objects with string fields; a ``tool`` message without a string
+            ``tool_call_id``; a naive ``created_at``; a lone surrogate in any text.
+    """
+    where = _where(index)
+    if not isinstance(message, ChatMessage):
+        raise InvalidMessageError(
+            f"{where}expected a ChatMessage, got {type(message).__name__}"
+        )
+    role = message.role
+    if role not in ROLES:
+        raise InvalidMessageError(
+            f"{where}unknown role {role!r} (expected one of: {', '.join(sorted(ROLES))})"
+        )
+    content = message.content
+    if isinstance(content, str):
+        _check_text(content, "content", where)
+    elif isinstance(content, tuple):
+        for n, part in enumerate(content):
+            if not isinstance(part, Mapping):
+                raise InvalidMessageError(
+                    f"{where}content part {n} must be a mapping, got {type(part).__name__}"
+                )
+            _check_json_like(part, f"content part {n}", where)
+    elif content is not None:
+        raise InvalidMessageError(
+            f"{where}content must be a str, None or a list of parts, got {type(content).__name__}"
+        )
+    calls = message.tool_calls
+    if not isinstance(calls, tuple):
+        raise InvalidMessageError(f"{where}tool_calls must be a sequence of ToolCall")
+    if calls and role != "assistant":
+        raise InvalidMessageError(f"{where}only assistant messages may have tool_calls, not {role!r}")
+    for n, call in enumerate(calls):
+        if not isinstance(call, ToolCall):
+            raise InvalidMessageError(
+                f"{where}tool_calls[{n}] must be a ToolCall, got {type(call).__name__}"
+            )
+        for field in ("id", "name", "arguments", "type"):
+            value = getattr(call, field)
+            if not isinstance(value, str):
+                raise InvalidMessageError(
+                    f"{where}tool_calls[{n}].{field} must be a str, got {type(value).__name__}"
+                )
+            _check_text(value, f"tool_calls[{n}].{field}", where)
+    if role == "tool":
+        if not isinstance(message.tool_call_id, str) or not message.tool_call_id:
+            raise InvalidMessageError(f"{where}a tool message needs a tool_call_id string")
+    elif message.tool_call_id is not None and not isinstance(message.tool_call_id, str):
+        raise InvalidMessageError(f"{where}tool_call_id must be a str or None")
+    if message.name is not None and not isinstance(message.name, str):
+        raise InvalidMessageError(f"{where}name must be a str or None, got {type(message.name).__name__}")
+    if not isinstance(message.id, str) or not message.id:
+        raise InvalidMessageError(f"{where}id must be a non-empty str")
+    _check_text(message.id, "id", where)
+    if not isinstance(message.metadata, Mapping):
+        raise InvalidMessageError(f"{where}metadata must be a mapping")
+    if message.metadata:
+        _check_json_like(message.metadata, "metadata", where)
+    if message.extra:
+        _check_json_like(message.extra, "extra", where)
+    created = message.created_at
+    if created is not None:
+        if not isinstance(created, datetime):
+            raise InvalidMessageError(f"{where}created_at must be a datetime, got {type(created).__name__}")
+        offset = created.utcoffset()
+        if offset is None:
+            raise InvalidMessageError(
+                f"{where}created_at must be timezone-aware (got naive {created.isoformat()})"
+            )
+        if created.tzinfo is not UTC:
+            message = attrs.evolve(message, created_at=created.astimezone(UTC))
+    return message
+
+
+def validate_history(messages: object) -> list[ChatMessage]:
+    """Validate a loaded or imported history and return it as ``ChatMessage`` objects.
+
+    Elements may be ``ChatMessage`` objects or OpenAI message dicts.
+
+    Raises:
+        InvalidMessageError: ``messages`` is not a list; an element is not a message or dict
+            (the error names its index); any rule of :func:`validate_message` (index and
+            problem named); a ``system`` message after index 0; a ``tool`` message whose
+            ``tool_call_id`` matches no call of the nearest preceding assistant message
+            that has tool calls.
+    """
+    if not isinstance(messages, list | tuple):
+        raise InvalidMessageError(f"history must be a list of messages, got {type(messages).__name__}")
+    out: list[ChatMessage] = []
+    for index, item in enumerate(messages):
+        if isinstance(item, Mapping):
+            try:
+                item = ChatMessage.from_openai(item)
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"message {index}: {exc}") from None
+        elif not isinstance(item, ChatMessage):
+            raise InvalidMessageError(
+                f"message {index}: expected a ChatMessage or an OpenAI message dict, "
+                f"got {type(item).__name__}"
+            )
+        message = validate_message(item, index)
+        if message.role == "system" and index != 0:
+            raise InvalidMessageError(
+                f"message {index}: a system message is only allowed first (index 0)"
+            )
+        out.append(message)
+    check_tool_pairs(out)
+    return out
+
+
+def check_tool_pairs(messages: Sequence[ChatMessage]) -> None:
+    """Check every ``tool`` result answers a call of the nearest preceding assistant turn with calls.
+
+    Raises:
+        InvalidMessageError: naming the index and ``tool_call_id`` of the first orphaned result.
+    """
+    open_calls: set[str] | None = None
+    for index, message in enumerate(messages):
+        if message.role == "assistant" and message.tool_calls:
+            open_calls = {call.id for call in message.tool_calls}
+        elif message.role == "tool":
+            if open_calls is None:
+                raise InvalidMessageError(
+                    f"message {index}: tool result {message.tool_call_id!r} has no preceding "
+                    "assistant message with tool calls"
+                )
+            if message.tool_call_id not in open_calls:
+                raise InvalidMessageError(
+                    f"message {index}: tool result {message.tool_call_id!r} matches no call of "
+                    f"the nearest preceding assistant turn (calls: {sorted(open_calls)})"
+                )
+
+
+def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
+    """The newest ``limit`` messages (all when ``None``), never starting with an orphaned tool result.
+
+    Leading ``tool`` messages of the window answer a call outside it, so the window's start
+    moves forward past them; the result can hold fewer than ``limit`` messages.
+
+    Raises:
+        ValueError: ``limit`` is negative.
+    """
+    if limit is None:
+        return list(messages)
+    if limit <= 0:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        return []
+    start = max(len(messages) - limit, 0)
+    end = len(messages)
+    while start < end and messages[start].role == "tool":
+        start += 1
+    return list(messages[start:])
+
+
+def split_turns(messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], list[list[ChatMessage]]]:
+    """Split a history into its prefix (before the first user message) and its turns.
+
+    A turn is a user message and everything up to the next user message, so an assistant's
+    tool calls and their results always stay in one turn.
+    """
+    prefix: list[ChatMessage] = []
+    turns: list[list[ChatMessage]] = []
+    for message in messages:
+        if message.role == "user":
+            turns.append([message])
+        elif turns:
+            turns[-1].append(message)
+        else:
+            prefix.append(message)
+    return prefix, turns
+
+
+def last_turns_start(messages: Sequence[ChatMessage], keep_last: int) -> int:
+    """Index where the last ``keep_last`` turns begin (``len(messages)`` when ``keep_last`` is 0).
+
+    With fewer than ``keep_last`` turns, the whole history is kept and 0 is returned.
+    """
+    if keep_last <= 0:
+        return len(messages)
+    seen = 0
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            seen += 1
+            if seen == keep_last:
+                return index
+    return 0

@@ -1,0 +1,1 @@
+"""Layers: stores that wrap another store and change what passes through."""

@@ -1,0 +1,311 @@
+"""The message model: ``ChatMessage``, ``ToolCall``, ``ChatKey``, ``AgentMessage``.
+
+Messages are immutable (attrs, frozen, slots) and convert losslessly to and from the OpenAI
+chat-completions wire format (https://platform.openai.com/docs/api-reference/chat/create):
+``{"role", "content", "tool_calls": [{"id", "type", "function": {"name", "arguments"}}],
+"tool_call_id", "name"}``. An absent optional field stays absent, ``content: null`` stays null,
+``arguments`` stays the exact string, and fields this model does not name (``refusal``,
+``audio``, ...) are carried verbatim in ``extra``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+import attrs
+
+from storage.errors import InvalidKeyError, InvalidMessageError
+
+__all__ = [
+    "ROLES",
+    "AgentMessage",
+    "ChatKey",
+    "ChatMessage",
+    "Role",
+    "ToolCall",
+    "freeze",
+    "thaw",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+
+# The OpenAI fields the model names; anything else goes to ``extra``.
+_NAMED_FIELDS: Final = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def freeze(value: Any) -> Any:
+    """Return a read-only deep copy of JSON-like data: dicts become mappings, lists tuples."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Inverse of :func:`freeze`: plain, mutable JSON-like data (new objects every call)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not value:
+        return _EMPTY
+    if isinstance(value, MappingProxyType):
+        return value
+    return freeze(value)  # type: ignore[no-any-return]
+
+
+def _freeze_content(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(freeze(part) for part in value)
+    return value  # wrong types are reported by validate_message, with the field's name
+
+
+def _freeze_tool_calls(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def new_message_id() -> str:
+    """A fresh, random 128-bit message id as 32 hex characters."""
+    return os.urandom(16).hex()
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """One function call requested by an assistant message.
+
+    Attributes:
+        id: the provider's call id (not unique across turns in real data; never a storage key).
+        name: the function name.
+        arguments: the arguments exactly as the model produced them (a JSON string, kept as is).
+        type: always ``"function"`` in the current OpenAI format.
+    """
+
+    id: str
+    name: str
+    arguments: str
+    type: str = "function"
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> ToolCall:
+        """Build from ``{"id", "type", "function": {"name", "arguments"}}``."""
+        function = data["function"]
+        return cls(data["id"], function["name"], function["arguments"], data.get("type", "function"))
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI wire dict (a new dict on every call)."""
+        return {
+            "id": self.id,
+            "type": self.type,
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@attrs.frozen(slots=True)
+class ChatMessage:
+    """One chat message, immutable.
+
+    Attributes:
+        role: ``"system" | "user" | "assistant" | "tool"``.
+        content: text, ``None``, or a tuple of content parts (read-only mappings, kept verbatim).
+        tool_calls: the calls an assistant message requests (empty tuple when none).
+        tool_call_id: on a ``tool`` message, the id of the call it answers.
+        name: the optional OpenAI ``name`` field (a tool result's function name, a speaker).
+        id: unique message id; generated at construction so a retried save is idempotent.
+        created_at: timezone-aware UTC time; set by the store at save when ``None``.
+        metadata: application data that never reaches a model (read-only mapping).
+        extra: OpenAI fields this model does not name, kept verbatim (read-only mapping).
+        present: the optional OpenAI fields the source dict had, or ``None`` for a message built
+            in code; ``to_openai`` emits a field when it is present here or set to a non-default.
+    """
+
+    role: str
+    content: Any = attrs.field(default=None, converter=_freeze_content)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_freeze_tool_calls)
+    tool_call_id: str | None = None
+    name: str | None = None
+    id: str = attrs.field(factory=new_message_id)
+    created_at: datetime | None = None
+    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze_mapping)
+    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze_mapping)
+    present: frozenset[str] | None = None
+
+    @property
+    def is_summary(self) -> bool:
+        """True for a summary message made by the summarizing layer."""
+        marker = self.metadata.get("chatlayers")
+        return isinstance(marker, Mapping) and bool(marker.get("summary"))
+
+    @property
+    def text(self) -> str:
+        """The text of ``content``: the string, the parts' ``text`` joined, or ``""``."""
+        content = self.content
+        if isinstance(content, str):
+            return content
+        if not content:
+            return ""
+        return "\n".join(
+            str(part.get("text", "")) for part in content if isinstance(part, Mapping)
+        )
+
+    @classmethod
+    def from_openai(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        id: str | None = None,
+        created_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ChatMessage:
+        """Build from an OpenAI chat-completions message dict.
+
+        Raises:
+            InvalidMessageError: ``data`` is not a mapping, has no ``role``, or its
+                ``tool_calls`` are not a list of ``{"id", "function": {"name", "arguments"}}``.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidMessageError(f"message must be a dict, got {type(data).__name__}")
+        try:
+            role = data["role"]
+        except KeyError:
+            raise InvalidMessageError("message has no 'role'") from None
+        raw_calls = data.get("tool_calls")
+        calls: tuple[ToolCall, ...] = ()
+        if raw_calls:
+            if not isinstance(raw_calls, list | tuple):
+                raise InvalidMessageError(
+                    f"'tool_calls' must be a list, got {type(raw_calls).__name__}"
+                )
+            try:
+                calls = tuple(ToolCall.from_openai(c) for c in raw_calls)
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise InvalidMessageError(f"malformed tool call in 'tool_calls': {exc!r}") from exc
+        extra = None
+        if not _NAMED_FIELDS.issuperset(data):
+            extra = {k: v for k, v in data.items() if k not in _NAMED_FIELDS}
+        kwargs: dict[str, Any] = {}
+        if id is not None:
+            kwargs["id"] = id
+        return cls(
+            role,
+            data.get("content"),
+            calls,
+            data.get("tool_call_id"),
+            data.get("name"),
+            created_at=created_at,
+            metadata=metadata or _EMPTY,
+            extra=extra or _EMPTY,
+            present=frozenset(data.keys() & _NAMED_FIELDS),
+            **kwargs,
+        )
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI wire dict: only OpenAI fields (no id, created_at or metadata); new objects."""
+        present = self.present
+        out: dict[str, Any] = {"role": self.role}
+        content = self.content
+        if present is None or "content" in present or content is not None:
+            out["content"] = content if content is None or isinstance(content, str) else thaw(content)
+        if self.tool_calls or (present is not None and "tool_calls" in present):
+            out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None or (present is not None and "tool_call_id" in present):
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None or (present is not None and "name" in present):
+            out["name"] = self.name
+        if self.extra:
+            for k, v in self.extra.items():
+                out[k] = thaw(v)
+        return out
+
+    @classmethod
+    def from_agent_squad(
+        cls, data: Mapping[str, Any], *, id: str | None = None
+    ) -> ChatMessage:
+        """Build from agent-squad's ``ConversationMessage`` shape ``{"role", "content": [{"text"}]}``.
+
+        A single text block becomes plain string content; other block lists are kept as parts.
+        """
+        content = data.get("content")
+        if isinstance(content, list) and len(content) == 1 and set(content[0]) == {"text"}:
+            content = content[0]["text"]
+        kwargs: dict[str, Any] = {"id": id} if id is not None else {}
+        return cls(data["role"], content, **kwargs)
+
+    def to_agent_squad(self) -> dict[str, Any]:
+        """agent-squad's ``ConversationMessage`` shape: ``{"role", "content": [{"text": ...}]}``."""
+        content = self.content
+        if content is None:
+            blocks: list[Any] = []
+        elif isinstance(content, str):
+            blocks = [{"text": content}]
+        else:
+            blocks = thaw(content)
+        return {"role": self.role, "content": blocks}
+
+
+@attrs.frozen(slots=True)
+class ChatKey:
+    """Which conversation: ``(user_id, session_id, agent_id)``, three non-empty strings.
+
+    Any characters are allowed (``#``, ``:``, ``/``, ``..``, ``*``, unicode) except NUL; every
+    store keeps keys apart whatever they contain.
+
+    Raises:
+        InvalidKeyError: a part is not a string, is empty, or contains NUL.
+    """
+
+    user_id: str
+    session_id: str
+    agent_id: str
+
+    def __attrs_post_init__(self) -> None:
+        for field, value in (
+            ("user_id", self.user_id),
+            ("session_id", self.session_id),
+            ("agent_id", self.agent_id),
+        ):
+            check_key_part(field, value)
+
+    def __str__(self) -> str:
+        return f"{self.user_id!r}/{self.session_id!r}/{self.agent_id!r}"
+
+
+def check_key_part(field: str, value: object) -> None:
+    """Raise ``InvalidKeyError`` unless ``value`` is a non-empty string without NUL."""
+    if not isinstance(value, str):
+        raise InvalidKeyError(f"{field} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidKeyError(f"{field} must not be empty")
+    if "\x00" in value:
+        raise InvalidKeyError(f"{field} must not contain NUL (\\x00): {value!r}")
+
+
+@attrs.frozen(slots=True)
+class AgentMessage:
+    """One message of a session's merged view (``fetch_all_chats``), attributed to its agent."""
+
+    agent_id: str
+    message: ChatMessage
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)

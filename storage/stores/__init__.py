@@ -1,0 +1,1 @@
+"""Base stores: where the raw record lives."""

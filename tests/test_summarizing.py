@@ -1,0 +1,408 @@
+"""SummarizingChatStorage: one test per rule of DESIGN.md §5, plus a reference-model property test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage.errors import SummarizerError
+from storage.history import last_turns_start
+from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.transforming import TransformingChatStorage
+from storage.message import ChatKey, ChatMessage, ToolCall
+from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+
+pytestmark = pytest.mark.anyio
+
+KEY = ChatKey("u", "s", "a")
+
+
+def summary(text: str) -> ChatMessage:
+    return ChatMessage("system", text, metadata={"chatlayers": {"summary": True}})
+
+
+class FakeSummarizer:
+    """Deterministic: one summary naming how many messages it replaced, then the kept turns.
+
+    ``gate`` (an Event) makes calls wait; ``fail`` makes them raise; ``bad`` returns a result
+    that breaks rule 7.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[list[ChatMessage]] = []
+        self.gate: anyio.Event | None = None
+        self.started = anyio.Event()
+        self.fail: BaseException | None = None
+        self.bad: str | None = None
+
+    async def __call__(self, history: list[ChatMessage], keep_last: int) -> list[ChatMessage]:
+        self.calls.append(list(history))
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        start = last_turns_start(history, keep_last)
+        result = [summary(f"summary of {start} messages")] + history[start:]
+        if self.bad == "orphan":
+            result.insert(1, ChatMessage("tool", "orphan", tool_call_id="nowhere"))
+        elif self.bad == "dropped-turn":
+            result = result[:1]
+        elif self.bad == "role":
+            result[0] = ChatMessage("narrator", "x")
+        return result
+
+
+def turn(n: int) -> list[ChatMessage]:
+    return [ChatMessage("user", f"q{n}"), ChatMessage("assistant", f"a{n}")]
+
+
+def pairs(count: int, start: int = 0) -> list[ChatMessage]:
+    return [m for n in range(start, start + count) for m in turn(n)]
+
+
+def stack(summarizer: FakeSummarizer, trigger_at: int = 2, keep_last: int = 1, **kw: object) -> tuple[SummarizingChatStorage, InMemoryChatStorage]:
+    raw = InMemoryChatStorage()
+    return SummarizingChatStorage(raw, summarizer, trigger_at=trigger_at, keep_last=keep_last, **kw), raw  # type: ignore[arg-type]
+
+
+# Rule 1 -------------------------------------------------------------------------------------
+
+async def test_rule1_cold_key_is_pure_delegation() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake, trigger_at=3)
+    stored = await layer.save_messages(KEY, pairs(3))  # 6 messages: not more than 6
+    assert await layer.fetch(KEY) == stored == await raw.fetch(KEY)
+    assert await layer.fetch(KEY, limit=3) == await raw.fetch(KEY, limit=3)
+    assert fake.calls == []
+    assert not layer.is_active(KEY)
+
+
+# Rule 2 -------------------------------------------------------------------------------------
+
+async def test_rule2_activation_on_first_long_fetch_and_raw_untouched() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake)
+    stored = await layer.save_messages(KEY, pairs(3))  # 6 > 4
+    view = await layer.fetch(KEY)
+    assert len(fake.calls) == 1 and fake.calls[0] == stored
+    assert view[0].is_summary and view[1:] == stored[-2:]
+    assert await raw.fetch(KEY) == stored  # the inner store is never written by summarizing
+    assert layer.summaries_made == 1
+
+
+async def test_rule2_concurrent_cold_fetches_call_summarizer_once() -> None:
+    fake = FakeSummarizer()
+    fake.gate = anyio.Event()
+    layer, _ = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    views: list[list[ChatMessage]] = []
+
+    async def fetch() -> None:
+        views.append(await layer.fetch(KEY))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(fetch)
+        tg.start_soon(fetch)
+        await fake.started.wait()
+        await anyio.sleep(0.01)
+        fake.gate.set()
+    assert len(fake.calls) == 1
+    assert views[0] == views[1] and views[0][0].is_summary
+
+
+async def test_rule2_failed_activation_stays_cold_and_retries() -> None:
+    fake = FakeSummarizer()
+    fake.fail = RuntimeError("LLM down")
+    layer, raw = stack(fake)
+    stored = await layer.save_messages(KEY, pairs(3))
+    with pytest.raises(SummarizerError):
+        await layer.fetch(KEY)
+    assert not layer.is_active(KEY)
+    fake.fail = None
+    view = await layer.fetch(KEY)
+    assert len(fake.calls) == 2 and view[0].is_summary
+    assert await raw.fetch(KEY) == stored
+
+
+# Rule 3 -------------------------------------------------------------------------------------
+
+async def test_rule3_active_save_appends_and_resummarizes() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)  # active: [summary, q2, a2]
+    new = await layer.save(KEY, ChatMessage("user", "q3"))
+    assert (await layer.fetch(KEY))[-1] == new[0]
+    assert len(fake.calls) == 1
+    await layer.save(KEY, ChatMessage("assistant", "a3"))  # buffer now 5 > 4: summarize at once
+    assert len(fake.calls) == 2
+    view = await layer.fetch(KEY)
+    assert view[0].is_summary and [m.text for m in view[1:]] == ["q3", "a3"]
+    assert fake.calls[1][0].is_summary  # the prior summary is passed on
+    assert len(await raw.fetch(KEY)) == 8
+    assert [m.text for m in await layer.fetch(KEY, limit=1)] == ["a3"]
+
+
+async def test_rule3_buffer_holds_what_inner_returned() -> None:
+    fake = FakeSummarizer()
+
+    def upper(message: ChatMessage, key: ChatKey) -> ChatMessage:
+        return ChatMessage(message.role, str(message.content).upper(), id=message.id)
+
+    raw = InMemoryChatStorage()
+    layer = SummarizingChatStorage(TransformingChatStorage(raw, upper), fake, trigger_at=2, keep_last=1)
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    await layer.save(KEY, ChatMessage("user", "secret lower"))
+    assert (await layer.fetch(KEY))[-1].text == "SECRET LOWER"
+    assert all(m.text == m.text.upper() for h in fake.calls for m in h if not m.is_summary)
+
+
+# Rule 4 -------------------------------------------------------------------------------------
+
+async def test_rule4_fetch_all_chats_reads_raw_and_delete_drops_buffers() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake)
+    stored = await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    merged = await layer.fetch_all_chats("u", "s")
+    assert [m.message for m in merged] == stored
+    await layer.delete(KEY)
+    assert not layer.is_active(KEY) and await layer.fetch(KEY) == []
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    await layer.delete_user("u")
+    assert not layer.is_active(KEY) and await layer.fetch(KEY) == []
+
+
+# Rule 5 -------------------------------------------------------------------------------------
+
+async def test_rule5_saves_during_slow_summarizer_all_kept() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake, trigger_at=2, keep_last=1)
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)  # active, 3 messages in the buffer
+    fake.gate = anyio.Event()
+    fake.started = anyio.Event()
+    late: list[ChatMessage] = []
+
+    async def trigger() -> None:
+        await layer.save_messages(KEY, pairs(1, start=10))  # 5 > 4: summarizes, waits on gate
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(trigger)
+        await fake.started.wait()
+        for n in range(20, 23):
+            late += await layer.save(KEY, ChatMessage("user", f"late {n}"))
+        # the buffer already shows them while the summarizer runs
+        assert (await layer.fetch(KEY))[-3:] == late
+        fake.gate.set()
+    view = await layer.fetch(KEY)
+    assert view[-3:] == late
+    assert len(fake.calls) >= 2
+    assert len(await raw.fetch(KEY)) == 6 + 2 + 3
+
+
+async def test_rule5_saves_during_slow_activation_kept() -> None:
+    fake = FakeSummarizer()
+    fake.gate = anyio.Event()
+    layer, _ = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    late: list[ChatMessage] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(layer.fetch, KEY)
+        await fake.started.wait()
+        late += await layer.save(KEY, ChatMessage("user", "during activation"))
+        fake.gate.set()
+    view = await layer.fetch(KEY)
+    assert view[0].is_summary and view[-1] == late[0]
+
+
+# Rule 6 -------------------------------------------------------------------------------------
+
+async def test_rule6_failing_summarizer_loses_nothing_and_retries() -> None:
+    fake = FakeSummarizer()
+    layer, raw = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    before = await layer.fetch(KEY)
+    fake.fail = ConnectionError("rate limited")
+    with pytest.raises(SummarizerError) as info:
+        await layer.save_messages(KEY, pairs(1, start=7))
+    assert isinstance(info.value.__cause__, ConnectionError)
+    view = await layer.fetch(KEY)
+    assert view[: len(before)] == before and [m.text for m in view[len(before) :]] == ["q7", "a7"]
+    assert [m.text for m in await raw.fetch(KEY)][-2:] == ["q7", "a7"]
+    fake.fail = None
+    await layer.save(KEY, ChatMessage("user", "q8"))  # the next trigger retries
+    view = await layer.fetch(KEY)
+    assert view[0].is_summary and [m.text for m in view[1:]] == ["q8"]
+    assert layer.summary_failures == 1
+
+
+async def test_rule6_timeout_is_a_failure() -> None:
+    fake = FakeSummarizer()
+    fake.gate = anyio.Event()  # never set
+    layer, raw = stack(fake, timeout=0.05)
+    stored = await layer.save_messages(KEY, pairs(3))
+    with pytest.raises(SummarizerError, match="timed out"):
+        await layer.fetch(KEY)
+    assert not layer.is_active(KEY)
+    assert await raw.fetch(KEY) == stored
+
+
+# Rule 7 -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["orphan", "dropped-turn", "role"])
+async def test_rule7_bad_result_refused_buffer_unchanged(bad: str) -> None:
+    fake = FakeSummarizer()
+    layer, _ = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    await layer.save(KEY, ChatMessage("user", "q5"))
+    before = await layer.fetch(KEY)
+    fake.bad = bad
+    with pytest.raises(SummarizerError):
+        await layer.save(KEY, ChatMessage("assistant", "a5"))
+    assert await layer.fetch(KEY) == [*before, (await layer.fetch(KEY))[-1]]
+    assert (await layer.fetch(KEY))[-1].text == "a5"
+
+
+async def test_rule7_activation_with_bad_result_stays_cold() -> None:
+    fake = FakeSummarizer()
+    fake.bad = "orphan"
+    layer, raw = stack(fake)
+    await layer.save_messages(KEY, pairs(3))
+    with pytest.raises(SummarizerError, match="tool result"):
+        await layer.fetch(KEY)
+    assert not layer.is_active(KEY)
+
+
+# Rule 8 -------------------------------------------------------------------------------------
+
+async def test_rule8_buffers_bounded_lru_and_restart_is_cold(tmp_path: Path) -> None:
+    fake = FakeSummarizer()
+    raw = SQLiteChatStorage(tmp_path / "db.sqlite")
+    layer = SummarizingChatStorage(raw, fake, trigger_at=2, keep_last=1, max_buffers=2)
+    keys = [ChatKey("u", "s", f"agent{n}") for n in range(3)]
+    for key in keys:
+        await layer.save_messages(key, pairs(3))
+        await layer.fetch(key)
+    assert [layer.is_active(k) for k in keys] == [False, True, True]
+    calls = len(fake.calls)
+    view = await layer.fetch(keys[0])  # cold again: summarizes once more
+    assert view[0].is_summary and len(fake.calls) == calls + 1
+    # a new instance (a restart) starts cold and summarizes once on the first long fetch
+    restarted = SummarizingChatStorage(raw, fake, trigger_at=2, keep_last=1)
+    assert not restarted.is_active(keys[1])
+    await restarted.fetch(keys[1])
+    await restarted.fetch(keys[1])
+    assert len(fake.calls) == calls + 2
+    await raw.aclose()
+
+
+async def test_tool_turns_never_split_by_summary() -> None:
+    fake = FakeSummarizer()
+    layer, _ = stack(fake, trigger_at=2, keep_last=1)
+    messages = [
+        *pairs(2),
+        ChatMessage("user", "book"),
+        ChatMessage("assistant", None, (ToolCall("c1", "book", "{}"),)),
+        ChatMessage("tool", "ok", tool_call_id="c1"),
+        ChatMessage("assistant", "booked"),
+    ]
+    await layer.save_messages(KEY, messages)
+    view = await layer.fetch(KEY)
+    assert [m.role for m in view] == ["system", "user", "assistant", "tool", "assistant"]
+    assert [m.role for m in await layer.fetch(KEY, limit=2)] == ["assistant"]
+
+
+def test_bad_parameters_refused() -> None:
+    with pytest.raises(ValueError, match="trigger_at"):
+        SummarizingChatStorage(InMemoryChatStorage(), FakeSummarizer(), trigger_at=0)
+    with pytest.raises(ValueError, match="keep_last"):
+        SummarizingChatStorage(InMemoryChatStorage(), FakeSummarizer(), keep_last=-1)
+
+
+# Property: the stack behaves like a small reference model ---------------------------------
+
+class Reference:
+    """What the summarizing stack must show: raw log, and a buffer summarized like FakeSummarizer."""
+
+    def __init__(self, trigger_at: int, keep_last: int) -> None:
+        self.raw: list[ChatMessage] = []
+        self.buffer: list[ChatMessage] | None = None
+        self.threshold = trigger_at * 2
+        self.keep_last = keep_last
+
+    def summarize(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        start = last_turns_start(history, self.keep_last)
+        return [summary(f"summary of {start} messages"), *history[start:]]
+
+    def save(self, stored: list[ChatMessage]) -> None:
+        self.raw += stored
+        if self.buffer is not None:
+            self.buffer += stored
+            if len(self.buffer) > self.threshold:
+                self.buffer = self.summarize(self.buffer)
+
+    def fetch(self) -> list[ChatMessage]:
+        if self.buffer is None:
+            if len(self.raw) <= self.threshold:
+                return list(self.raw)
+            self.buffer = self.summarize(self.raw)
+        return list(self.buffer)
+
+
+operation = st.one_of(
+    st.tuples(st.just("save"), st.lists(st.sampled_from(["user", "assistant", "tool-turn"]), min_size=1, max_size=3)),
+    st.tuples(st.just("fetch"), st.none() | st.integers(0, 8)),
+)
+
+
+def texts(messages: list[ChatMessage]) -> list[object]:
+    return [(m.role, m.content if not m.is_summary else "SUMMARY:" + m.text) for m in messages]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(operation, max_size=25), trigger_at=st.integers(1, 4), keep_last=st.integers(0, 2))
+def test_property_matches_reference_model(ops: list[tuple[str, object]], trigger_at: int, keep_last: int) -> None:
+    async def run() -> None:
+        fake = FakeSummarizer()
+        raw = InMemoryChatStorage()
+        layer = SummarizingChatStorage(raw, fake, trigger_at=trigger_at, keep_last=keep_last)
+        model = Reference(trigger_at, keep_last)
+        counter = 0
+        for op, arg in ops:
+            if op == "save":
+                batch: list[ChatMessage] = []
+                for kind in arg:  # type: ignore[union-attr]
+                    counter += 1
+                    if kind == "tool-turn":
+                        cid = f"call{counter % 3}"  # ids reused across turns, as in real data
+                        batch += [
+                            ChatMessage("assistant", None, (ToolCall(cid, "f", "{}"),)),
+                            ChatMessage("tool", f"r{counter}", tool_call_id=cid),
+                        ]
+                    else:
+                        batch.append(ChatMessage(str(kind), f"m{counter}"))
+                stored = await layer.save_messages(KEY, batch)
+                assert stored == batch[: len(stored)] or [m.id for m in stored] == [m.id for m in batch]
+                model.save(stored)
+            else:
+                limit = arg
+                view = await layer.fetch(KEY, limit=limit)  # type: ignore[arg-type]
+                expected = model.fetch()
+                from storage.history import safe_window
+
+                assert texts(view) == texts(safe_window(expected, limit))  # type: ignore[arg-type]
+            # the raw store always holds exactly what was saved
+            assert await raw.fetch(KEY) == model.raw
+
+    anyio.run(run)
