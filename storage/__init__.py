@@ -1,0 +1,97 @@
+"""chatlayers: store, resume and compress the conversation history of LLM agents.
+
+Everything users touch is exported here. Stores, layers and the scrubber are imported on first
+use, so ``import storage`` stays light (it never imports litellm, redis or asyncpg).
+
+Example::
+
+    from storage import ChatKey, ChatMessage, open_storage
+
+    async with open_storage("summarize::scrub::sqlite:///chats.db") as stack:
+        key = ChatKey("user-1", "session-1", "support")
+        await stack.save(key, ChatMessage("user", "My email is ada@example.org"))
+        history = await stack.fetch(key, limit=20)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from storage.errors import (
+    ChatStorageError,
+    ConfigError,
+    CorruptRecordError,
+    InvalidKeyError,
+    InvalidMessageError,
+    StorageUnavailableError,
+    SummarizerError,
+)
+from storage.message import AgentMessage, ChatKey, ChatMessage, ToolCall
+
+if TYPE_CHECKING:
+    from storage.config import open_storage
+    from storage.history import validate_history
+    from storage.layers.summarizing import SummarizingChatStorage
+    from storage.layers.transforming import TransformingChatStorage
+    from storage.pii import PIIScrubber
+    from storage.protocol import ChatStorage, ChatStorageWrapper
+    from storage.stores.jsonl import JsonlChatStorage
+    from storage.stores.memory import InMemoryChatStorage
+    from storage.stores.postgres import PostgresChatStorage
+    from storage.stores.redis import RedisChatStorage
+    from storage.stores.sqlite import SQLiteChatStorage
+
+__all__ = [
+    "AgentMessage",
+    "ChatKey",
+    "ChatMessage",
+    "ChatStorage",
+    "ChatStorageError",
+    "ChatStorageWrapper",
+    "ConfigError",
+    "CorruptRecordError",
+    "InMemoryChatStorage",
+    "InvalidKeyError",
+    "InvalidMessageError",
+    "JsonlChatStorage",
+    "PIIScrubber",
+    "PostgresChatStorage",
+    "RedisChatStorage",
+    "SQLiteChatStorage",
+    "StorageUnavailableError",
+    "SummarizerError",
+    "SummarizingChatStorage",
+    "ToolCall",
+    "TransformingChatStorage",
+    "open_storage",
+    "validate_history",
+]
+
+_LAZY = {
+    "ChatStorage": "storage.protocol",
+    "ChatStorageWrapper": "storage.protocol",
+    "InMemoryChatStorage": "storage.stores.memory",
+    "JsonlChatStorage": "storage.stores.jsonl",
+    "SQLiteChatStorage": "storage.stores.sqlite",
+    "RedisChatStorage": "storage.stores.redis",
+    "PostgresChatStorage": "storage.stores.postgres",
+    "TransformingChatStorage": "storage.layers.transforming",
+    "SummarizingChatStorage": "storage.layers.summarizing",
+    "PIIScrubber": "storage.pii",
+    "open_storage": "storage.config",
+    "validate_history": "storage.history",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
