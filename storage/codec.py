@@ -12,13 +12,25 @@ the message was built in code. Stores put the sequence and key in their own colu
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
 from storage.errors import CorruptRecordError
-from storage.message import _NAMED_FIELDS, ChatMessage, ToolCall, thaw
+from storage.message import (
+    _EMPTY,
+    _NAMED_FIELDS,
+    ChatMessage,
+    ToolCall,
+    _freeze_content,
+    _freeze_mapping,
+    _trusted_message,
+    _trusted_tool_call,
+    thaw,
+)
 
-__all__ = ["FORMAT_VERSION", "decode", "encode"]
+__all__ = ["FORMAT_VERSION", "DecodeCache", "decode", "encode"]
 
 FORMAT_VERSION: Final = 1
 
@@ -61,22 +73,121 @@ def decode(text: str | bytes) -> ChatMessage:
             present = _PRESENT.get(t)
             if present is None:
                 present = _PRESENT.setdefault(t, frozenset(t))
+        content = m.get("content")
+        if content is not None and content.__class__ is not str:
+            content = _freeze_content(content)
         calls = m.get("tool_calls")
-        extra = None
+        tool_calls: tuple[ToolCall, ...] = ()
+        if calls:
+            tool_calls = tuple([_tool_call(c) for c in calls])
+        extra = _EMPTY
         if not _NAMED_FIELDS.issuperset(m):
-            extra = {k: v for k, v in m.items() if k not in _NAMED_FIELDS}
-        return ChatMessage(
+            extra = _freeze_mapping({k: v for k, v in m.items() if k not in _NAMED_FIELDS})
+        md = record.get("md")
+        # The same values ChatMessage's converters would store, built without them (hot path).
+        return _trusted_message(
             m["role"],
-            m.get("content"),
-            tuple(ToolCall.from_openai(c) for c in calls) if calls else (),
+            content,
+            tool_calls,
             m.get("tool_call_id"),
             m.get("name"),
             record["id"],
             _fromiso(record["at"]),
-            record.get("md") or None,
-            extra or None,
+            _freeze_mapping(md) if md else _EMPTY,
+            extra,
             present,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         snippet = text[:80] if isinstance(text, str) else text[:80].decode("utf-8", "replace")
         raise CorruptRecordError(f"cannot decode stored record {snippet!r}: {exc!r}") from exc
+
+
+def _tool_call(data: dict[str, Any]) -> ToolCall:
+    function = data["function"]
+    return _trusted_tool_call(
+        data["id"], function["name"], function["arguments"], data.get("type", "function")
+    )
+
+
+class DecodeCache:
+    """Decoded messages by a store's record sequence number, bounded by record size.
+
+    For stores whose records are never rewritten and whose sequence numbers are never reused
+    (SQLite ``AUTOINCREMENT``, PostgreSQL ``bigserial``): the message decoded from sequence
+    ``n`` is the same forever, and messages are immutable, so a decoded one can be returned
+    again without reading its record. ``json.loads`` plus building the message is about 90 %
+    of a whole-history read; a cached read only needs the sequence numbers (an index-only
+    scan in SQLite). Entries leave first in, first out once the cached records' text exceeds
+    ``max_chars``; one read may fill at most half of the budget (its newest messages), so a
+    history larger than the cache cannot flush it on every read.
+
+    Args:
+        max_chars: budget in characters of record text (decoded messages take roughly one to
+            two times that in memory); 0 disables caching.
+    """
+
+    __slots__ = ("_chars", "_sizes", "max_chars", "messages")
+
+    def __init__(self, max_chars: int) -> None:
+        if max_chars < 0:
+            raise ValueError(f"max_chars must be >= 0, got {max_chars}")
+        self.max_chars = max_chars
+        self.messages: OrderedDict[int, ChatMessage] = OrderedDict()
+        self._sizes: dict[int, int] = {}
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def decode_rows(self, rows: Iterable[tuple[int, str | bytes | None]]) -> list[ChatMessage]:
+        """Messages of ``(seq, record)`` rows in order, decoding only the uncached ones.
+
+        A row whose record is ``None`` must be cached (the caller knew it was).
+
+        Raises:
+            CorruptRecordError: an uncached record cannot be decoded.
+            KeyError: a ``None`` record whose sequence is not cached.
+        """
+        cached = self.messages
+        out: list[ChatMessage] = []
+        new: list[tuple[int, ChatMessage, int]] = []
+        for seq, record in rows:
+            message = cached.get(seq)
+            if message is None:
+                if record is None:
+                    raise KeyError(seq)
+                message = decode(record)
+                new.append((seq, message, len(record)))
+            out.append(message)
+        if new and self.max_chars:
+            self._add(new)
+        return out
+
+    def _add(self, new: list[tuple[int, ChatMessage, int]]) -> None:
+        room = self.max_chars // 2
+        start = len(new)
+        used = 0
+        while start > 0 and used + new[start - 1][2] <= room:
+            start -= 1
+            used += new[start][2]
+        cached, sizes = self.messages, self._sizes
+        for seq, message, size in new[start:]:
+            cached[seq] = message
+            sizes[seq] = size
+        self._chars += used
+        while self._chars > self.max_chars:
+            seq, _ = cached.popitem(last=False)
+            self._chars -= sizes.pop(seq)
+
+    def discard(self, seqs: Iterable[int]) -> None:
+        """Forget these sequence numbers (their records were deleted)."""
+        cached, sizes = self.messages, self._sizes
+        for seq in seqs:
+            if cached.pop(seq, None) is not None:
+                self._chars -= sizes.pop(seq)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self.messages.clear()
+        self._sizes.clear()
+        self._chars = 0

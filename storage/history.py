@@ -79,9 +79,7 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     """
     where = _where(index)
     if not isinstance(message, ChatMessage):
-        raise InvalidMessageError(
-            f"{where}expected a ChatMessage, got {type(message).__name__}"
-        )
+        raise InvalidMessageError(f"{where}expected a ChatMessage, got {type(message).__name__}")
     role = message.role
     if role not in ROLES:
         raise InvalidMessageError(
@@ -105,7 +103,9 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     if not isinstance(calls, tuple):
         raise InvalidMessageError(f"{where}tool_calls must be a sequence of ToolCall")
     if calls and role != "assistant":
-        raise InvalidMessageError(f"{where}only assistant messages may have tool_calls, not {role!r}")
+        raise InvalidMessageError(
+            f"{where}only assistant messages may have tool_calls, not {role!r}"
+        )
     for n, call in enumerate(calls):
         if not isinstance(call, ToolCall):
             raise InvalidMessageError(
@@ -124,7 +124,9 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     elif message.tool_call_id is not None and not isinstance(message.tool_call_id, str):
         raise InvalidMessageError(f"{where}tool_call_id must be a str or None")
     if message.name is not None and not isinstance(message.name, str):
-        raise InvalidMessageError(f"{where}name must be a str or None, got {type(message.name).__name__}")
+        raise InvalidMessageError(
+            f"{where}name must be a str or None, got {type(message.name).__name__}"
+        )
     if not isinstance(message.id, str) or not message.id:
         raise InvalidMessageError(f"{where}id must be a non-empty str")
     _check_text(message.id, "id", where)
@@ -137,7 +139,9 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     created = message.created_at
     if created is not None:
         if not isinstance(created, datetime):
-            raise InvalidMessageError(f"{where}created_at must be a datetime, got {type(created).__name__}")
+            raise InvalidMessageError(
+                f"{where}created_at must be a datetime, got {type(created).__name__}"
+            )
         offset = created.utcoffset()
         if offset is None:
             raise InvalidMessageError(
@@ -161,7 +165,9 @@ def validate_history(messages: object) -> list[ChatMessage]:
             that has tool calls.
     """
     if not isinstance(messages, list | tuple):
-        raise InvalidMessageError(f"history must be a list of messages, got {type(messages).__name__}")
+        raise InvalidMessageError(
+            f"history must be a list of messages, got {type(messages).__name__}"
+        )
     out: list[ChatMessage] = []
     for index, item in enumerate(messages):
         if isinstance(item, Mapping):
@@ -185,7 +191,7 @@ def validate_history(messages: object) -> list[ChatMessage]:
 
 
 def check_tool_pairs(messages: Sequence[ChatMessage]) -> None:
-    """Check every ``tool`` result answers a call of the nearest preceding assistant turn with calls.
+    """Check each ``tool`` result answers a call of the nearest preceding assistant turn with calls.
 
     Raises:
         InvalidMessageError: naming the index and ``tool_call_id`` of the first orphaned result.
@@ -208,7 +214,7 @@ def check_tool_pairs(messages: Sequence[ChatMessage]) -> None:
 
 
 def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
-    """The newest ``limit`` messages (all when ``None``), never starting with an orphaned tool result.
+    """The newest ``limit`` messages (all when ``None``), never starting with an orphaned result.
 
     Leading ``tool`` messages of the window answer a call outside it, so the window's start
     moves forward past them; the result can hold fewer than ``limit`` messages.
@@ -229,7 +235,9 @@ def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     return list(messages[start:])
 
 
-def split_turns(messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], list[list[ChatMessage]]]:
+def split_turns(
+    messages: Sequence[ChatMessage],
+) -> tuple[list[ChatMessage], list[list[ChatMessage]]]:
     """Split a history into its prefix (before the first user message) and its turns.
 
     A turn is a user message and everything up to the next user message, so an assistant's

@@ -138,5 +138,5 @@ class ChatStorageWrapper(AsyncContextMixin):
         await self.inner.aclose()
 
     def describe(self) -> str:
-        """This layer alone, one line, secrets redacted (``storage.config.describe`` walks the stack)."""
+        """This layer alone, in one line, with secrets redacted."""
         return type(self).__name__

@@ -26,24 +26,40 @@ def test_not_a_list() -> None:
 
 
 def test_element_not_message_names_index() -> None:
-    with pytest.raises(InvalidMessageError, match="message 1: expected a ChatMessage or an OpenAI message dict, got int"):
+    with pytest.raises(
+        InvalidMessageError,
+        match="message 1: expected a ChatMessage or an OpenAI message dict, got int",
+    ):
         validate_history([{"role": "user", "content": "x"}, 5])
 
 
 def test_unknown_role_names_index_and_role() -> None:
     with pytest.raises(InvalidMessageError, match="message 2: unknown role 'bot'"):
-        validate_history([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "bot", "content": "c"}])
+        validate_history(
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "bot", "content": "c"},
+            ]
+        )
 
 
 def test_orphaned_tool_result() -> None:
     with pytest.raises(InvalidMessageError, match="message 1: tool result 'x' has no preceding"):
-        validate_history([{"role": "user", "content": "a"}, {"role": "tool", "tool_call_id": "x", "content": "r"}])
+        validate_history(
+            [
+                {"role": "user", "content": "a"},
+                {"role": "tool", "tool_call_id": "x", "content": "r"},
+            ]
+        )
     with pytest.raises(InvalidMessageError, match="message 2: tool result 'c2' matches no call"):
-        validate_history([
-            {"role": "user", "content": "a"},
-            {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
-            {"role": "tool", "tool_call_id": "c2", "content": "r"},
-        ])
+        validate_history(
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
+                {"role": "tool", "tool_call_id": "c2", "content": "r"},
+            ]
+        )
 
 
 def test_tool_results_pair_with_nearest_turn_not_global_id() -> None:
@@ -66,7 +82,9 @@ def test_tool_results_pair_with_nearest_turn_not_global_id() -> None:
 
 def test_system_only_first() -> None:
     assert validate_history([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
-    with pytest.raises(InvalidMessageError, match="message 1: a system message is only allowed first"):
+    with pytest.raises(
+        InvalidMessageError, match="message 1: a system message is only allowed first"
+    ):
         validate_history([{"role": "user", "content": "u"}, {"role": "system", "content": "s"}])
 
 
@@ -77,9 +95,26 @@ def test_system_only_first() -> None:
         ({"role": "user", "content": [1]}, "message 0: content part 0 must be a mapping"),
         ({"role": "user", "content": "x", "name": 3}, "message 0: name must be a str"),
         ({"role": "tool", "content": "x"}, "message 0: a tool message needs a tool_call_id"),
-        ({"role": "assistant", "content": None, "tool_calls": "nope"}, "message 0: 'tool_calls' must be a list"),
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": 1, "function": {"name": "f", "arguments": "{}"}}]}, r"message 0: tool_calls\[0\].id must be a str"),
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {"a": 1}}}]}, r"tool_calls\[0\].arguments must be a str"),
+        (
+            {"role": "assistant", "content": None, "tool_calls": "nope"},
+            "message 0: 'tool_calls' must be a list",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": 1, "function": {"name": "f", "arguments": "{}"}}],
+            },
+            r"message 0: tool_calls\[0\].id must be a str",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {"a": 1}}}],
+            },
+            r"tool_calls\[0\].arguments must be a str",
+        ),
         ({"role": 7, "content": "x"}, "message 0: unknown role 7"),
     ],
 )
@@ -111,9 +146,11 @@ def test_safe_window_and_turns() -> None:
     ]
     assert safe_window(m, 3) == m[4:]
     assert safe_window(m, 4) == m[2:]
-    assert safe_window(m, None) == m and safe_window(m, None) is not m
+    assert safe_window(m, None) == m
+    assert safe_window(m, None) is not m
     prefix, turns = split_turns(m)
-    assert prefix == m[:1] and turns == [m[1:5], m[5:]]
+    assert prefix == m[:1]
+    assert turns == [m[1:5], m[5:]]
     assert last_turns_start(m, 1) == 5
     assert last_turns_start(m, 2) == 1
     assert last_turns_start(m, 3) == 0

@@ -43,7 +43,9 @@ def test_absent_and_null_content_stay_distinct() -> None:
         "content": "x",
         "name": None,
     }
-    assert ChatMessage.from_openai({"role": "assistant", "content": "", "tool_calls": []}).to_openai() == {
+    assert ChatMessage.from_openai(
+        {"role": "assistant", "content": "", "tool_calls": []}
+    ).to_openai() == {
         "role": "assistant",
         "content": "",
         "tool_calls": [],
@@ -56,7 +58,9 @@ def test_arguments_kept_as_exact_string_and_unknown_fields_kept() -> None:
         "content": None,
         "refusal": None,
         "audio": {"id": "a1"},
-        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{ "a" :1 }'}}],
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{ "a" :1 }'}}
+        ],
     }
     message = ChatMessage.from_openai(wire)
     assert message.tool_calls == (ToolCall("c", "f", '{ "a" :1 }'),)
@@ -69,13 +73,16 @@ def test_built_in_code_emits_content() -> None:
     assert ChatMessage("assistant", None, (ToolCall("1", "f", "{}"),)).to_openai() == {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
     }
 
 
 def test_ids_are_unique_and_kept_on_retry() -> None:
     a, b = ChatMessage("user", "x"), ChatMessage("user", "x")
-    assert a.id != b.id and len(a.id) == 32
+    assert a.id != b.id
+    assert len(a.id) == 32
     assert attrs.evolve(a, content="y").id == a.id
 
 
@@ -85,7 +92,8 @@ def test_content_parts_and_metadata_are_read_only_copies() -> None:
     message = ChatMessage("user", parts, metadata=meta)
     parts[0]["text"] = "b"
     meta["k"].append(2)
-    assert message.content[0]["text"] == "a" and message.metadata["k"] == (1,)
+    assert message.content[0]["text"] == "a"
+    assert message.metadata["k"] == (1,)
     with pytest.raises(TypeError):
         message.content[0]["text"] = "c"
     assert message.text == "a"
@@ -119,4 +127,7 @@ def test_key_str_and_equality() -> None:
 
 def test_created_at_kept() -> None:
     when = datetime(2024, 1, 1, tzinfo=UTC)
-    assert ChatMessage.from_openai({"role": "user", "content": "x"}, created_at=when).created_at == when
+    assert (
+        ChatMessage.from_openai({"role": "user", "content": "x"}, created_at=when).created_at
+        == when
+    )

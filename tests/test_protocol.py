@@ -28,7 +28,9 @@ class Recorder:
         self.called.append("save")
         return [message]
 
-    async def save_messages(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def save_messages(
+        self, key: ChatKey, messages: Sequence[ChatMessage]
+    ) -> list[ChatMessage]:
         self.called.append("save_messages")
         return list(messages)
 
@@ -105,12 +107,29 @@ def test_wrapper_defines_every_protocol_method_itself() -> None:
 
 
 EXPORTED = {
-    "AgentMessage", "ChatKey", "ChatMessage", "ChatStorage", "ChatStorageError",
-    "ChatStorageWrapper", "ConfigError", "CorruptRecordError", "InMemoryChatStorage",
-    "InvalidKeyError", "InvalidMessageError", "JsonlChatStorage", "PIIScrubber",
-    "PostgresChatStorage", "RedisChatStorage", "SQLiteChatStorage", "StorageUnavailableError",
-    "SummarizerError", "SummarizingChatStorage", "ToolCall", "TransformingChatStorage",
-    "open_storage", "validate_history",
+    "AgentMessage",
+    "ChatKey",
+    "ChatMessage",
+    "ChatStorage",
+    "ChatStorageError",
+    "ChatStorageWrapper",
+    "ConfigError",
+    "CorruptRecordError",
+    "InMemoryChatStorage",
+    "InvalidKeyError",
+    "InvalidMessageError",
+    "JsonlChatStorage",
+    "PIIScrubber",
+    "PostgresChatStorage",
+    "RedisChatStorage",
+    "SQLiteChatStorage",
+    "StorageUnavailableError",
+    "SummarizerError",
+    "SummarizingChatStorage",
+    "ToolCall",
+    "TransformingChatStorage",
+    "open_storage",
+    "validate_history",
 }
 
 
@@ -119,6 +138,12 @@ def test_public_api_is_pinned() -> None:
 
 
 def test_errors_form_one_tree() -> None:
-    for name in ("ConfigError", "CorruptRecordError", "InvalidKeyError", "InvalidMessageError",
-                 "StorageUnavailableError", "SummarizerError"):
+    for name in (
+        "ConfigError",
+        "CorruptRecordError",
+        "InvalidKeyError",
+        "InvalidMessageError",
+        "StorageUnavailableError",
+        "SummarizerError",
+    ):
         assert issubclass(getattr(storage, name), storage.ChatStorageError)

@@ -1,4 +1,4 @@
-"""``SummarizingChatStorage``: keep long histories short for the model, never touching the raw record.
+"""``SummarizingChatStorage``: short histories for the model, the raw record untouched.
 
 The contract of agent-squad's ``SummarizingChatStorage``, made safe (DESIGN.md §5):
 
@@ -67,7 +67,7 @@ class SummarizingChatStorage(ChatStorageWrapper):
             failure (rule 6).
 
     Attributes:
-        summaries_made: successful summarizer calls since construction.
+        summaries_made: summarizer calls that produced a new (shorter) buffer since construction.
         summary_failures: failed or refused summarizer calls since construction.
 
     Raises:
@@ -205,7 +205,8 @@ class SummarizingChatStorage(ChatStorageWrapper):
             if accepted is not None:
                 seen = {m.id for m in source}
                 state.buffer = list(accepted) + [m for m in pending if m.id not in seen]
-                self.summaries_made += 1
+                if accepted != source:  # an unchanged buffer: nothing could be summarized
+                    self.summaries_made += 1
                 self._evict()
             # On failure an active buffer already holds source + pending; a cold key stays cold.
 
@@ -219,7 +220,9 @@ class SummarizingChatStorage(ChatStorageWrapper):
             check_tool_pairs(result)
         except ChatStorageError as exc:
             raise SummarizerError(f"summarizer returned an invalid history: {exc}") from exc
-        kept = source[last_turns_start(source, self.keep_last) :]
+        # A leading prior summary is not a turn, whatever its role.
+        body = source[1:] if source and source[0].is_summary else source
+        kept = body[last_turns_start(body, self.keep_last) :]
         if kept and result[-len(kept) :] != kept:
             raise SummarizerError(
                 f"summarizer result does not end with the last {self.keep_last} turns verbatim "

@@ -1,4 +1,4 @@
-"""``TransformingChatStorage``: rewrite (or drop) every message before it reaches the inner store."""
+"""``TransformingChatStorage``: rewrite (or drop) each message before the inner store sees it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from storage.stores.base import prepare_batch
 __all__ = ["MessageTransform", "TransformingChatStorage"]
 
 MessageTransform: TypeAlias = Callable[
-    [ChatMessage, ChatKey], "ChatMessage | None | Awaitable[ChatMessage | None]"
+    [ChatMessage, ChatKey], "ChatMessage | Awaitable[ChatMessage | None] | None"
 ]
 
 
@@ -64,5 +64,9 @@ class TransformingChatStorage(ChatStorageWrapper):
 
     def describe(self) -> str:
         own = getattr(self.transform, "describe", None)
-        what = own() if callable(own) else getattr(self.transform, "__name__", type(self.transform).__name__)
+        what = (
+            own()
+            if callable(own)
+            else getattr(self.transform, "__name__", type(self.transform).__name__)
+        )
         return f"TransformingChatStorage(transform={what})"

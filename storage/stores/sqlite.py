@@ -4,6 +4,12 @@ Calls run on the event-loop thread. A local indexed SQLite read takes microsecon
 than one thread hop (about 95 µs on the reference machine), so hopping threads would make
 every small read several times slower; the price is that a write blocked on another process's
 lock blocks the loop for up to ``busy_timeout``.
+
+Reads go through a :class:`~storage.codec.DecodeCache`: a record is never rewritten and a
+sequence number never reused (``AUTOINCREMENT``), so a fetch first reads only the key's
+sequence numbers (an index-only scan) and returns the messages it decoded before; when some
+are new, one statement reads the records from the oldest new one on. Every fetch still asks
+the database which messages exist, so writes and deletes by other processes are always seen.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
 
-from storage.codec import decode, encode
+from storage.codec import DecodeCache, encode
 from storage.errors import StorageUnavailableError
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
@@ -46,18 +52,22 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
 )
 
-_FETCH = (
-    "SELECT record FROM messages WHERE user_id = ? AND session_id = ? AND agent_id = ? "
-    "ORDER BY seq"
-)
-_FETCH_LAST = (
-    "SELECT record FROM messages WHERE user_id = ? AND session_id = ? AND agent_id = ? "
+_KEY = "user_id = ? AND session_id = ? AND agent_id = ?"
+# Sequence numbers only: answered from the (user, session, agent, seq) index alone.
+_SEQS = f"SELECT seq FROM messages WHERE {_KEY} ORDER BY seq"
+_SEQS_LAST = f"SELECT seq FROM messages WHERE {_KEY} ORDER BY seq DESC LIMIT ?"
+# Records from sequence ? on (older rows come without theirs: SQLite then never reads their
+# table row); one statement, so it sees one snapshot of the database.
+_ROWS = f"SELECT seq, CASE WHEN seq >= ? THEN record END FROM messages WHERE {_KEY} ORDER BY seq"
+_ROWS_LAST = (
+    f"SELECT seq, CASE WHEN seq >= ? THEN record END FROM messages WHERE {_KEY} "
     "ORDER BY seq DESC LIMIT ?"
 )
 _FETCH_SESSION = (
-    "SELECT agent_id, record FROM messages WHERE user_id = ? AND session_id = ? "
+    "SELECT seq, agent_id, record FROM messages WHERE user_id = ? AND session_id = ? "
     "ORDER BY created_us, seq"
 )
+_DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
 _INSERT = (
     "INSERT INTO messages (user_id, session_id, agent_id, message_id, created_us, record) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, session_id, agent_id, message_id) DO NOTHING"
@@ -75,6 +85,9 @@ class SQLiteChatStorage(AsyncContextMixin):
             a process crash (kill -9) but may lose the last commits on power loss; ``"full"``
             fsyncs the WAL on every commit (durable against power loss, slower appends).
         busy_timeout: seconds to wait for another process's write lock.
+        cache_chars: budget of the decoded-message cache in characters of record text
+            (default 32 Mi, roughly 30-60 MB of memory when full); 0 disables it, making
+            every fetch decode every record.
 
     Raises:
         StorageUnavailableError: the file cannot be opened or is not a SQLite database.
@@ -86,8 +99,10 @@ class SQLiteChatStorage(AsyncContextMixin):
         *,
         synchronous: Synchronous = "normal",
         busy_timeout: float = 5.0,
+        cache_chars: int = _DEFAULT_CACHE_CHARS,
     ) -> None:
         self.path = str(path)
+        self._cache = DecodeCache(cache_chars)
         self.synchronous = synchronous
         if synchronous not in ("off", "normal", "full", "extra"):
             raise ValueError(f"synchronous must be off, normal, full or extra, not {synchronous!r}")
@@ -104,7 +119,9 @@ class SQLiteChatStorage(AsyncContextMixin):
             self._conn = conn
             self._migrate()
         except sqlite3.Error as exc:
-            raise StorageUnavailableError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise StorageUnavailableError(
+                f"cannot open SQLite database {self.path!r}: {exc}"
+            ) from exc
         self._closed = False
 
     def _migrate(self) -> None:
@@ -166,27 +183,52 @@ class SQLiteChatStorage(AsyncContextMixin):
         return stored
 
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        params = (key.user_id, key.session_id, key.agent_id)
+        cached = self._cache.messages
         try:
             if limit is None:
-                rows = self._conn.execute(
-                    _FETCH, (key.user_id, key.session_id, key.agent_id)
-                ).fetchall()
-                return [decode(r) for (r,) in rows]
+                seqs = self._conn.execute(_SEQS, params).fetchall()
+                try:
+                    return [cached[seq] for (seq,) in seqs]
+                except KeyError as exc:
+                    rows = self._conn.execute(_ROWS, (exc.args[0], *params)).fetchall()
+                return self._decode(rows, _ROWS, params)
             if limit <= 0:
                 if limit < 0:
                     raise ValueError(f"limit must be >= 0 or None, got {limit}")
                 return []
-            rows = self._conn.execute(
-                _FETCH_LAST, (key.user_id, key.session_id, key.agent_id, limit)
-            ).fetchall()
+            seqs = self._conn.execute(_SEQS_LAST, (*params, limit)).fetchall()
+            seqs.reverse()
+            try:
+                out = [cached[seq] for (seq,) in seqs]
+            except KeyError as exc:
+                rows = self._conn.execute(_ROWS_LAST, (exc.args[0], *params, limit)).fetchall()
+                rows.reverse()
+                out = self._decode(rows, _ROWS_LAST, (*params, limit), reverse=True)
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
-        rows.reverse()
-        out = [decode(r) for (r,) in rows]
         start = 0
         while start < len(out) and out[start].role == "tool":
             start += 1
         return out[start:] if start else out
+
+    def _decode(
+        self,
+        rows: list[tuple[int, str | None]],
+        query: str,
+        params: tuple[object, ...],
+        *,
+        reverse: bool = False,
+    ) -> list[ChatMessage]:
+        try:
+            return self._cache.decode_rows(rows)
+        except KeyError:
+            # A row the first read found cached is not any more (cannot happen while the
+            # cache is only touched on this thread); read every record instead.
+            rows = self._conn.execute(query, (0, *params)).fetchall()
+            if reverse:
+                rows.reverse()
+            return self._cache.decode_rows(rows)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
         check_key_part("user_id", user_id)
@@ -195,27 +237,40 @@ class SQLiteChatStorage(AsyncContextMixin):
             rows = self._conn.execute(_FETCH_SESSION, (user_id, session_id)).fetchall()
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
-        return [AgentMessage(agent_id, decode(record)) for agent_id, record in rows]
+        messages = self._cache.decode_rows((seq, record) for seq, _, record in rows)
+        return [
+            AgentMessage(agent_id, message)
+            for (_, agent_id, _), message in zip(rows, messages, strict=True)
+        ]
 
     async def delete(self, key: ChatKey) -> None:
-        try:
-            self._conn.execute(
-                "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND agent_id = ?",
-                (key.user_id, key.session_id, key.agent_id),
-            )
-        except sqlite3.Error as exc:
-            raise self._unavailable(exc) from exc
+        self._delete(f"WHERE {_KEY}", (key.user_id, key.session_id, key.agent_id))
 
     async def delete_user(self, user_id: str) -> None:
         check_key_part("user_id", user_id)
+        self._delete("WHERE user_id = ?", (user_id,))
+
+    def _delete(self, where: str, params: tuple[str, ...]) -> None:
+        conn = self._conn
         try:
-            self._conn.execute("DELETE FROM messages WHERE user_id = ?", (user_id,))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Forget the decoded copies too: erased data must not linger in memory.
+                seqs = conn.execute(f"SELECT seq FROM messages {where}", params).fetchall()
+                conn.execute(f"DELETE FROM messages {where}", params)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
+        self._cache.discard(seq for (seq,) in seqs)
 
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            self._cache.clear()
             self._conn.close()
 
     def describe(self) -> str:

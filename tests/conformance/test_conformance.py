@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
 
@@ -46,6 +47,7 @@ def tool_turn(call_id: str, text: str) -> list[ChatMessage]:
 
 # --- round trips on real data -------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "dataset",
     [
@@ -81,7 +83,8 @@ async def test_save_returns_stored_with_timestamps(store: ChatStorage) -> None:
     after = datetime.now(UTC)
     assert len(stored) == 1
     created = stored[0].created_at
-    assert created is not None and created.tzinfo is UTC
+    assert created is not None
+    assert created.tzinfo is UTC
     assert before - timedelta(seconds=1) <= created <= after + timedelta(seconds=1)
     assert await store.fetch(KEY) == stored
 
@@ -92,7 +95,8 @@ async def test_caller_timestamps_kept_and_converted_to_utc(store: ChatStorage) -
     stored = await store.save(KEY, msg("timed", created_at=given))
     (fetched,) = await store.fetch(KEY)
     assert fetched.created_at == given
-    assert fetched.created_at is not None and fetched.created_at.tzinfo is UTC
+    assert fetched.created_at is not None
+    assert fetched.created_at.tzinfo is UTC
     assert fetched.created_at.hour == 11
     assert stored[0].created_at == given
 
@@ -112,6 +116,7 @@ async def test_order_is_store_sequence_not_timestamp(store: ChatStorage) -> None
 
 
 # --- idempotence and atomicity ------------------------------------------------------------
+
 
 async def test_idempotent_save_by_id(store: ChatStorage) -> None:
     first = msg("once")
@@ -178,19 +183,26 @@ def test_nul_in_key_refused() -> None:
 async def test_nul_in_content_is_lossless_or_refused_whole(store: ChatStorage) -> None:
     await store.save(KEY, msg("before"))
     m = msg("nul \x00 inside")
+    refused: InvalidMessageError | None = None
     try:
         stored = await store.save(KEY, m)
-    except InvalidMessageError as exc:
-        assert "NUL" in str(exc) or "\\x00" in str(exc) or "\\u0000" in str(exc)
+    except InvalidMessageError as exc:  # documented alternative: refused whole
+        refused = exc
+    if refused is not None:
+        assert "NUL" in str(refused)
         assert [x.text for x in await store.fetch(KEY)] == ["before"]
     else:
         assert [x.text for x in await store.fetch(KEY)] == ["before", stored[0].text]
+        assert stored[0].text == "nul \x00 inside"
 
 
 # --- windows --------------------------------------------------------------------------------
 
+
 async def test_limit_returns_newest(store: ChatStorage) -> None:
-    await store.save_messages(KEY, [msg(f"m{i}", "user" if i % 2 == 0 else "assistant") for i in range(10)])
+    await store.save_messages(
+        KEY, [msg(f"m{i}", "user" if i % 2 == 0 else "assistant") for i in range(10)]
+    )
     assert [m.text for m in await store.fetch(KEY, limit=3)] == ["m7", "m8", "m9"]
     assert len(await store.fetch(KEY, limit=100)) == 10
     assert await store.fetch(KEY, limit=0) == []
@@ -204,7 +216,10 @@ async def test_limit_window_never_starts_with_orphaned_tool_result(store: ChatSt
         ChatMessage(
             "assistant",
             None,
-            (ToolCall("c1", "search", '{"from": "SFO"}'), ToolCall("c2", "search", '{"to": "JFK"}')),
+            (
+                ToolCall("c1", "search", '{"from": "SFO"}'),
+                ToolCall("c2", "search", '{"to": "JFK"}'),
+            ),
         ),
         ChatMessage("tool", "r1", tool_call_id="c1", name="search"),
         ChatMessage("tool", "r2", tool_call_id="c2", name="search"),
@@ -230,6 +245,7 @@ async def test_empty_key_fetches_empty(store: ChatStorage) -> None:
 
 
 # --- copies -----------------------------------------------------------------------------------
+
 
 async def test_mutating_results_never_changes_store(store: ChatStorage) -> None:
     parts = [{"type": "text", "text": "part"}]
@@ -257,9 +273,38 @@ async def test_mutating_results_never_changes_store(store: ChatStorage) -> None:
 # --- keys -----------------------------------------------------------------------------------
 
 HOSTILE_PARTS = [
-    "a", "A", "a#b", "a:b", "a/b", "a\\b", "..", ".", "../..", "*", "a*", "?", "[x]", "{tag}",
-    "%", "%2F", "%252F", "a%3Ab", "CON", "nul", " ", "a b", "😀", "👩‍👩‍👧", "שלום", "e\u0301",
-    "x" * 300, "_", "-", "a\nb", "a\tb", "'; DROP TABLE messages; --",
+    "a",
+    "A",
+    "a#b",
+    "a:b",
+    "a/b",
+    "a\\b",
+    "..",
+    ".",
+    "../..",
+    "*",
+    "a*",
+    "?",
+    "[x]",
+    "{tag}",
+    "%",
+    "%2F",
+    "%252F",
+    "a%3Ab",
+    "CON",
+    "nul",
+    " ",
+    "a b",
+    "😀",
+    "👩‍👩‍👧",
+    "שלום",
+    "e\u0301",
+    "x" * 300,
+    "_",
+    "-",
+    "a\nb",
+    "a\tb",
+    "'; DROP TABLE messages; --",
 ]
 
 
@@ -287,6 +332,7 @@ async def test_fetch_all_chats_is_per_session(store: ChatStorage) -> None:
 
 # --- merged view ------------------------------------------------------------------------------
 
+
 async def test_fetch_all_chats_merged_in_save_order(store: ChatStorage) -> None:
     agents = ["billing", "tech", "billing", "router", "tech", "billing"]
     same_time = datetime(2024, 5, 5, 10, 0, tzinfo=UTC)
@@ -304,11 +350,15 @@ async def test_fetch_all_chats_orders_by_created_at_first(store: ChatStorage) ->
     await store.save(ChatKey("u", "s", "late"), msg("second", created_at=t0 + timedelta(seconds=5)))
     await store.save(ChatKey("u", "s", "early"), msg("first", created_at=t0))
     merged = await store.fetch_all_chats("u", "s")
-    assert [(m.agent_id, m.message.text) for m in merged] == [("early", "first"), ("late", "second")]
+    assert [(m.agent_id, m.message.text) for m in merged] == [
+        ("early", "first"),
+        ("late", "second"),
+    ]
     assert not merged[0].message.text.startswith("[")
 
 
 # --- deletion -------------------------------------------------------------------------------
+
 
 async def test_delete_one_conversation(store: ChatStorage) -> None:
     a, b = ChatKey("u", "s", "a"), ChatKey("u", "s", "b")
@@ -323,7 +373,12 @@ async def test_delete_one_conversation(store: ChatStorage) -> None:
 
 async def test_delete_user_erases_only_that_user(store: ChatStorage) -> None:
     victims = [ChatKey("u", "s1", "a"), ChatKey("u", "s2", "b")]
-    survivors = [ChatKey("u1", "s1", "a"), ChatKey("U", "s1", "a"), ChatKey("u*", "s1", "a"), ChatKey("xu", "s1", "a")]
+    survivors = [
+        ChatKey("u1", "s1", "a"),
+        ChatKey("U", "s1", "a"),
+        ChatKey("u*", "s1", "a"),
+        ChatKey("xu", "s1", "a"),
+    ]
     for key in victims + survivors:
         await store.save(key, msg(str(key)))
     await store.delete_user("u")
@@ -336,13 +391,36 @@ async def test_delete_user_erases_only_that_user(store: ChatStorage) -> None:
 
 # --- content shapes ---------------------------------------------------------------------------
 
-async def test_unicode_and_parts_and_extra_fields_round_trip(store: ChatStorage, stack_name: str) -> None:
+
+async def test_unicode_and_parts_and_extra_fields_round_trip(
+    store: ChatStorage, stack_name: str
+) -> None:
     wire = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "emoji 😀 zwj 👩‍👩‍👧 rtl שלום combining e\u0301 cjk 漢字"},
-        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://example.org/a.png", "detail": "low"}}]},
-        {"role": "assistant", "content": None, "refusal": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": [1, 2.5, null]}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "{\"ok\": true}"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://example.org/a.png", "detail": "low"},
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"a": [1, 2.5, null]}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"ok": true}'},
         {"role": "assistant", "content": "", "name": "bot"},
         {"role": "assistant"},
     ]
@@ -364,13 +442,14 @@ async def test_metadata_round_trips(store: ChatStorage) -> None:
 
 # --- concurrency ------------------------------------------------------------------------------
 
+
 async def test_concurrent_writers_keep_each_order(store: ChatStorage) -> None:
     keys = [ChatKey("u", "s", f"agent-{k}") for k in range(3)]
 
     async def writer(w: int) -> None:
         for i in range(15):
             await store.save(keys[w % 3], msg(f"w{w}-{i}"))
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
         for w in range(6):

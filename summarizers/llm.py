@@ -1,0 +1,263 @@
+"""``LiteLLMSummarizer``: summarize with any model litellm can call.
+
+litellm is imported on the first call only, in a worker thread (its import takes seconds and
+would otherwise block the event loop), with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so it never
+fetches its price list. ``import summarizers`` never imports it.
+
+Backends: litellm's async client is asyncio-only, so on asyncio the request is
+``litellm.acompletion``; on any other anyio backend (trio) it is the same request through the
+synchronous ``litellm.completion`` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from storage.errors import ConfigError, SummarizerError
+from storage.message import ChatMessage
+from summarizers.extractive import SUMMARY_ROLES
+from summarizers.render import SummaryPlan, build_result, plan_summary, render_message
+from summarizers.tokens import encoding_for_model
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "LiteLLMSummarizer", "fit_to_budget"]
+
+DEFAULT_INSTRUCTIONS: Final = (
+    "You condense the history of a conversation between a user and an AI assistant that "
+    "uses tools, so the assistant can continue it without the full history. Write a concise "
+    "plain-text summary. Keep: the user's goals and requests; decisions, confirmations and "
+    "refusals; facts learned from tool results (ids, numbers, dates, names, exactly as "
+    "written); actions taken and their outcomes; anything still open. If a summary so far is "
+    "given, merge it with the new messages into one updated summary. Output only the summary."
+)
+_PRIOR_HEADING: Final = "Summary so far:"
+_NEW_HEADING: Final = "New messages:"
+_MIN_CAP: Final = 16  # tokens every message keeps, whatever the budget
+_OVERHEAD: Final = 64  # request framing, headings and separators, in tokens
+_PERMANENT_STATUS: Final = frozenset({400, 401, 403, 404, 422})
+_SECRET_WORDS: Final = ("key", "secret", "token", "password", "auth")
+
+
+def _redacted(kwargs: Mapping[str, Any]) -> str:
+    shown = {
+        k: "***" if any(w in k.lower() for w in _SECRET_WORDS) else v for k, v in kwargs.items()
+    }
+    return repr(shown)
+
+
+def _as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(value) if value else {}
+
+
+@attrs.frozen
+class LiteLLMSummarizer:
+    """Summarize with an LLM through ``litellm``: only the prior summary and the messages not
+    yet summarized are sent; the last ``keep_last`` turns are kept verbatim.
+
+    The request is ``[{"role": "system", "content": instructions}, {"role": "user",
+    "content": transcript}]``: it always has a user turn. The transcript holds the prior
+    summary's body and the new messages rendered as text (tool calls as ``name(arguments)``,
+    ``None`` content as ``(no content)``); when it exceeds ``max_input_tokens`` the longest
+    messages are cut first (each keeps at least its first 16 tokens). The conversation's
+    leading system prompt is not sent; it is kept verbatim in the summary.
+
+    Args:
+        model: a litellm model name, e.g. ``"gpt-4o-mini"`` or ``"anthropic/claude-3-5-haiku"``.
+        completion_kwargs: extra arguments for ``litellm.acompletion`` (``api_key``,
+            ``temperature``, ``mock_response`` for offline tests, ...); may override
+            ``timeout``, not ``model`` or ``messages``. Secrets are redacted in the repr.
+        instructions: the system prompt of the summarizing request.
+        timeout: seconds per attempt (also passed to litellm); default 30.
+        retries: further attempts after a failure (default 2, so 3 in all); errors with HTTP
+            status 400, 401, 403, 404 or 422 are not retried.
+        backoff: seconds before the first retry, doubling after each; default 1.
+        summary_role: role of the summary message (``"system"``, ``"user"``, ``"assistant"``).
+        max_input_tokens: bound on the transcript, in tokens of the model's tiktoken encoding
+            (``o200k_base`` for non-OpenAI models, an estimate); default 16000.
+
+    Raises:
+        ConfigError: litellm is not installed (``pip install 'chatlayers[llm]'``), or an
+            argument is invalid.
+    """
+
+    model: str
+    completion_kwargs: dict[str, Any] = attrs.field(
+        default=None, converter=_as_dict, kw_only=True, repr=_redacted
+    )
+    instructions: str = attrs.field(default=DEFAULT_INSTRUCTIONS, kw_only=True, repr=False)
+    timeout: float = attrs.field(default=30.0, kw_only=True)
+    retries: int = attrs.field(default=2, kw_only=True)
+    backoff: float = attrs.field(default=1.0, kw_only=True)
+    summary_role: str = attrs.field(default="system", kw_only=True)
+    max_input_tokens: int = attrs.field(default=16_000, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"model must be a non-empty str, got {self.model!r}")
+        if not isinstance(self.instructions, str) or not self.instructions.strip():
+            raise ConfigError("instructions must be a non-empty str")
+        clash = {"model", "messages"} & self.completion_kwargs.keys()
+        if clash:
+            raise ConfigError(f"completion_kwargs must not set {sorted(clash)}")
+        if not self.timeout > 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout!r}")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigError(f"retries must be an int >= 0, got {self.retries!r}")
+        if not self.backoff >= 0:
+            raise ConfigError(f"backoff must be >= 0 seconds, got {self.backoff!r}")
+        if self.summary_role not in SUMMARY_ROLES:
+            raise ConfigError(
+                f"summary_role must be one of {sorted(SUMMARY_ROLES)}, got {self.summary_role!r}"
+            )
+        if not isinstance(self.max_input_tokens, int) or self.max_input_tokens < 256:
+            raise ConfigError(
+                f"max_input_tokens must be an int >= 256, got {self.max_input_tokens!r}"
+            )
+        if importlib.util.find_spec("litellm") is None:
+            raise ConfigError("LiteLLMSummarizer needs litellm: pip install 'chatlayers[llm]'")
+
+    async def __call__(self, buffer: list[ChatMessage], keep_last: int) -> list[ChatMessage]:
+        """Return ``[summary] + the last keep_last turns``, or a copy of ``buffer`` when it has
+        at most ``keep_last`` turns after its prior summary (no request is made then).
+
+        Raises:
+            SummarizerError: every attempt failed, timed out or returned no text (the last
+                error is the ``__cause__``).
+            ValueError: ``keep_last`` is negative.
+        """
+        plan = plan_summary(buffer, keep_last)
+        if plan is None:
+            return list(buffer)
+        try:
+            litellm = await _load_litellm()
+            messages = await anyio.to_thread.run_sync(self.request_messages, plan)
+        except Exception as exc:
+            raise SummarizerError(f"LiteLLMSummarizer({self.model!r}): {exc}") from exc
+        body = await self._complete(litellm, messages)
+        return build_result(
+            plan, body, role=self.summary_role, summarizer="litellm", extra={"model": self.model}
+        )
+
+    def request_messages(self, plan: SummaryPlan) -> list[dict[str, str]]:
+        """The chat messages of the summarizing request for ``plan`` (blocking: tokenizes).
+
+        Raises:
+            ConfigError: no tiktoken encoding is available offline to apply the budget.
+        """
+        encoding = encoding_for_model(self.model)
+        texts = [render_message(m) for m in plan.to_summarize]
+        if plan.prior_text:
+            texts.insert(0, plan.prior_text)
+        budget = (
+            self.max_input_tokens
+            - len(encoding.encode_ordinary(self.instructions))
+            - _OVERHEAD
+            - 2 * len(texts)
+        )
+        texts = fit_to_budget(texts, budget, encoding.encode_ordinary, encoding.decode)
+        sections = []
+        if plan.prior_text:
+            sections.append(f"{_PRIOR_HEADING}\n{texts.pop(0)}")
+        sections.append(f"{_NEW_HEADING}\n" + "\n".join(texts))
+        return [
+            {"role": "system", "content": self.instructions},
+            {"role": "user", "content": "\n\n".join(sections)},
+        ]
+
+    async def _complete(self, litellm: ModuleType, messages: list[dict[str, str]]) -> str:
+        request = {
+            "timeout": self.timeout,
+            **self.completion_kwargs,
+            "model": self.model,
+            "messages": messages,
+        }
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with anyio.fail_after(self.timeout):
+                    response = await _send(litellm, request)
+                return _response_text(response)
+            except Exception as exc:
+                if attempts > self.retries or _is_permanent(exc):
+                    raise SummarizerError(
+                        f"LiteLLMSummarizer({self.model!r}) failed after {attempts} "
+                        f"attempt(s): {exc!r}"
+                    ) from exc
+            await anyio.sleep(self.backoff * 2 ** (attempts - 1))
+
+
+def fit_to_budget(
+    texts: list[str], budget: int, encode: Any, decode: Any, *, min_cap: int = _MIN_CAP
+) -> list[str]:
+    """Cut the longest texts first so their tokens sum to at most ``budget`` (best effort).
+
+    Finds the largest per-text cap ``c`` (at least ``min_cap``) with ``sum(min(len_i, c)) <=
+    budget`` and cuts each longer text to its first ``c`` tokens plus a ``…[cut N tokens]``
+    note. Deterministic; texts within the cap are returned unchanged.
+    """
+    tokens = [encode(text) for text in texts]
+    sizes = sorted(len(t) for t in tokens)
+    if sum(sizes) <= budget:
+        return list(texts)
+    remaining = budget
+    cap = sizes[-1]
+    for index, size in enumerate(sizes):
+        left = len(sizes) - index
+        if size * left > remaining:
+            cap = remaining // left
+            break
+        remaining -= size
+    cap = max(cap, min_cap)
+    return [
+        text if len(toks) <= cap else f"{decode(toks[:cap])}…[cut {len(toks) - cap} tokens]"
+        for text, toks in zip(texts, tokens, strict=True)
+    ]
+
+
+def _import_litellm() -> ModuleType:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return importlib.import_module("litellm")
+
+
+async def _load_litellm() -> ModuleType:
+    module = sys.modules.get("litellm")
+    if module is None:
+        module = await anyio.to_thread.run_sync(_import_litellm)
+    return module
+
+
+async def _send(litellm: ModuleType, request: dict[str, Any]) -> Any:
+    import sniffio  # a dependency of openai, hence of litellm
+
+    if sniffio.current_async_library() == "asyncio":
+        return await litellm.acompletion(**request)
+    return await anyio.to_thread.run_sync(
+        functools.partial(litellm.completion, **request), abandon_on_cancel=True
+    )
+
+
+def _response_text(response: Any) -> str:
+    try:
+        text = response.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError) as exc:
+        raise SummarizerError(f"unexpected completion response: {response!r:.200}") from exc
+    if not isinstance(text, str) or not text.strip():
+        raise SummarizerError(f"the model returned no summary text (content={text!r:.50})")
+    return text.strip()
+
+
+def _is_permanent(exc: Exception) -> bool:
+    if isinstance(exc, TypeError):
+        return True
+    return getattr(exc, "status_code", None) in _PERMANENT_STATUS

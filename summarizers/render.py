@@ -1,0 +1,227 @@
+"""What every ready summarizer shares: which messages to summarize, how to render them, the result.
+
+A buffer is ``[prior summary?] + [system prompt?] + messages``. :func:`plan_summary` splits it
+into the prior summary's text, the messages not yet summarized, and the last ``keep_last`` turns
+kept verbatim. :func:`build_result` makes the new buffer ``[summary] + kept turns``.
+
+The conversation's leading system prompt (the agent's instructions) is never summarized: it is
+kept verbatim at the head of the summary text, and the summary's metadata records its length
+(``system_chars``) so the next round can split it off again. Only the summary's body is
+rewritten round after round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from storage.history import last_turns_start, split_turns
+from storage.message import ChatMessage, ToolCall
+
+__all__ = [
+    "SUMMARY_HEADING",
+    "SummaryPlan",
+    "build_result",
+    "content_text",
+    "first_sentence",
+    "plan_summary",
+    "render_message",
+    "shorten",
+    "short_arguments",
+]
+
+SUMMARY_HEADING: Final = "Summary of the earlier conversation:"
+_SEPARATOR: Final = "\n\n"
+_ELLIPSIS: Final = "…"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")  # a sentence or a line ends
+
+
+@attrs.frozen
+class SummaryPlan:
+    """What one summarizing round works on.
+
+    Attributes:
+        system_prompt: the conversation's leading system prompt, kept verbatim ("" if none).
+        prior_text: the prior summary's body (without system prompt and heading; "" if none).
+        prior_count: how many raw messages the prior summary already covers.
+        to_summarize: the messages not yet summarized, outside the kept turns (never empty).
+        kept: the last ``keep_last`` turns, verbatim (the same message objects).
+    """
+
+    system_prompt: str
+    prior_text: str
+    prior_count: int
+    to_summarize: tuple[ChatMessage, ...]
+    kept: tuple[ChatMessage, ...]
+
+
+def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan | None:
+    """Split ``buffer`` for a summarizing round; ``None`` when there is nothing to summarize.
+
+    Only the prior summary (the first message, if ``is_summary``) and the messages after it
+    that are not in the last ``keep_last`` turns are summarized. There is nothing to summarize
+    when the history after the prior summary has at most ``keep_last`` turns.
+
+    Raises:
+        ValueError: ``keep_last`` is negative.
+    """
+    if keep_last < 0:
+        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+    system_prompt = prior_text = ""
+    prior_count = 0
+    rest = list(buffer)
+    if rest and rest[0].is_summary:
+        system_prompt, prior_text, prior_count = _parse_summary(rest[0])
+        rest = rest[1:]
+    elif rest and rest[0].role == "system":
+        system_prompt = content_text(rest[0])
+        rest = rest[1:]
+    _, turns = split_turns(rest)
+    if len(turns) <= keep_last:
+        return None
+    start = last_turns_start(rest, keep_last)
+    return SummaryPlan(
+        system_prompt, prior_text, prior_count, tuple(rest[:start]), tuple(rest[start:])
+    )
+
+
+def _parse_summary(summary: ChatMessage) -> tuple[str, str, int]:
+    """(system prompt, body, messages covered) of a prior summary, made by us or anyone else."""
+    marker = summary.metadata.get("chatlayers")
+    meta: Mapping[str, Any] = marker if isinstance(marker, Mapping) else {}
+    text = content_text(summary)
+    system_chars = meta.get("system_chars")
+    system_prompt = ""
+    if isinstance(system_chars, int) and 0 < system_chars <= len(text):
+        system_prompt, text = text[:system_chars], text[system_chars:].removeprefix(_SEPARATOR)
+    text = text.removeprefix(SUMMARY_HEADING).strip("\n")
+    count = meta.get("summarized")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        count = 0
+    return system_prompt, text, count
+
+
+def build_result(
+    plan: SummaryPlan,
+    body: str,
+    *,
+    role: str,
+    summarizer: str,
+    extra: Mapping[str, Any] | None = None,
+) -> list[ChatMessage]:
+    """The new buffer: one summary message, then the kept turns verbatim.
+
+    The summary's text is the system prompt (if any), then :data:`SUMMARY_HEADING` and
+    ``body``. Its metadata ``{"chatlayers": {...}}`` holds ``summary: True``, ``summarizer``
+    (its name), ``summarized`` (raw messages covered, all rounds), ``last_id`` (id of the newest
+    summarized message), ``system_chars`` (length of the kept system prompt, when there is one)
+    and ``extra``. Its ``created_at`` is the newest summarized message's, and its ``id`` is
+    derived from what it covers and says, so equal inputs give equal results.
+    """
+    head = plan.system_prompt + _SEPARATOR if plan.system_prompt else ""
+    text = f"{head}{SUMMARY_HEADING}\n{body}"
+    last = plan.to_summarize[-1]
+    meta: dict[str, Any] = {
+        "summary": True,
+        "summarizer": summarizer,
+        "summarized": plan.prior_count + len(plan.to_summarize),
+        "last_id": last.id,
+    }
+    if plan.system_prompt:
+        meta["system_chars"] = len(plan.system_prompt)
+    if extra:
+        meta.update(extra)
+    digest = hashlib.sha256(
+        f"{summarizer}\x00{last.id}\x00{text}".encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    summary = ChatMessage(
+        role, text, id=digest[:32], metadata={"chatlayers": meta}, created_at=last.created_at
+    )
+    return [summary, *plan.kept]
+
+
+def content_text(message: ChatMessage) -> str:
+    """The content as text: the string, the parts' text (``[type]`` for other parts), or ""."""
+    content = message.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    pieces: list[str] = []
+    for part in content:
+        if isinstance(part, Mapping):
+            text = part.get("text")
+            if isinstance(text, str):
+                pieces.append(text)
+            else:
+                pieces.append(f"[{part.get('type', 'part')}]")
+    return "\n".join(pieces)
+
+
+def render_message(message: ChatMessage, *, text: str | None = None) -> str:
+    """One message as transcript text for a summarizing prompt.
+
+    Tool calls are rendered as ``name(arguments)`` with the arguments string exactly as the
+    model produced it; ``None`` content renders as ``(no content)``. ``text`` replaces the
+    content (a summarizer passes a shortened one).
+    """
+    body = content_text(message) if text is None else text
+    role = message.role
+    who = role.capitalize()
+    if message.name and role in ("user", "assistant", "system"):
+        who = f"{who} ({message.name})"
+    if role == "tool":
+        label = message.name or f"call {message.tool_call_id}"
+        return f"Tool result of {label}: {body or '(no content)'}"
+    lines = [f"{who}: {body}"] if body else []
+    lines.extend(f"{who} called {call.name}({call.arguments})" for call in message.tool_calls)
+    return "\n".join(lines) or f"{who}: (no content)"
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` with whitespace runs collapsed, cut to at most ``limit`` characters (``…``)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)].rstrip() + _ELLIPSIS
+
+
+def first_sentence(text: str, limit: int, *, min_chars: int = 40) -> str:
+    """The opening sentence (or line) of ``text``, whitespace collapsed, at most ``limit`` chars.
+
+    Sentences are added while the result is shorter than ``min_chars``, so a bare "Hi!" is
+    followed by what the message is about.
+    """
+    sentences = [piece for piece in _SENTENCE_END.split(text.strip()) if piece]
+    if not sentences:
+        return ""
+    picked = sentences[0]
+    for sentence in sentences[1:]:
+        if len(picked) >= min_chars:
+            break
+        picked = f"{picked} {sentence}"
+    return shorten(picked, limit)
+
+
+def short_arguments(call: ToolCall, limit: int) -> str:
+    """A tool call's arguments for a one-line summary: ``k=v, ...`` at most ``limit`` characters.
+
+    JSON objects become ``key=value`` pairs (strings unquoted); anything else (including
+    arguments that are not valid JSON) is shown as the raw string.
+    """
+    try:
+        parsed = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    if isinstance(parsed, dict):
+        pairs = (
+            f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in parsed.items()
+        )
+        return shorten(", ".join(pairs), limit)
+    return shorten(call.arguments, limit)
