@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from storage.stores.postgres import PostgresChatStorage
     from storage.stores.redis import RedisChatStorage
     from storage.stores.sqlite import SQLiteChatStorage
+    from storage.sync import SyncChatStorage
 
 __all__ = [
     "AgentMessage",
@@ -62,6 +63,7 @@ __all__ = [
     "StorageUnavailableError",
     "SummarizerError",
     "SummarizingChatStorage",
+    "SyncChatStorage",
     "ToolCall",
     "TransformingChatStorage",
     "open_storage",
@@ -79,6 +81,7 @@ _LAZY = {
     "TransformingChatStorage": "storage.layers.transforming",
     "SummarizingChatStorage": "storage.layers.summarizing",
     "PIIScrubber": "storage.pii",
+    "SyncChatStorage": "storage.sync",
     "open_storage": "storage.config",
     "validate_history": "storage.history",
 }

@@ -101,6 +101,27 @@ class InMemoryChatStorage(AsyncContextMixin):
         check_key_part("user_id", user_id)
         self._users.pop(user_id, None)
 
+    async def list_keys(
+        self, user_id: str | None = None, session_id: str | None = None
+    ) -> list[ChatKey]:
+        """Every key holding a message, sorted; optionally one user's and/or one session's."""
+        if user_id is not None:
+            check_key_part("user_id", user_id)
+        if session_id is not None:
+            check_key_part("session_id", session_id)
+        return sorted(
+            (
+                ChatKey(user, session, agent)
+                for user, sessions in self._users.items()
+                if user_id is None or user == user_id
+                for session, agents in sessions.items()
+                if session_id is None or session == session_id
+                for agent, conversation in agents.items()
+                if conversation.messages
+            ),
+            key=lambda k: (k.user_id, k.session_id, k.agent_id),
+        )
+
     async def aclose(self) -> None:
         return None
 

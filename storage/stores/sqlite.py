@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
 
-from storage.codec import DecodeCache, encode
+from storage.codec import DecodeCache, decode, encode
 from storage.errors import StorageUnavailableError
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
@@ -63,6 +63,9 @@ _ROWS_LAST = (
     f"SELECT seq, CASE WHEN seq >= ? THEN record END FROM messages WHERE {_KEY} "
     "ORDER BY seq DESC LIMIT ?"
 )
+# Without a cache: the records alone.
+_RECORDS = f"SELECT record FROM messages WHERE {_KEY} ORDER BY seq"
+_RECORDS_LAST = f"SELECT record FROM messages WHERE {_KEY} ORDER BY seq DESC LIMIT ?"
 _FETCH_SESSION = (
     "SELECT seq, agent_id, record FROM messages WHERE user_id = ? AND session_id = ? "
     "ORDER BY created_us, seq"
@@ -153,26 +156,35 @@ class SQLiteChatStorage(AsyncContextMixin):
         batch = prepare_batch(messages)
         if not batch:
             return []
-        rows = [
-            (
-                key.user_id,
-                key.session_id,
-                key.agent_id,
-                m.id,
-                (m.created_at - _EPOCH) // _MICRO,  # type: ignore[operator]
-                encode(m),
-            )
-            for m in batch
-        ]
+        user, session, agent = key.user_id, key.session_id, key.agent_id
+        rows = []
+        last_at: datetime | None = None
+        us = 0
+        for m in batch:
+            at = m.created_at
+            if at is not last_at:  # a batch usually shares one timestamp
+                us = (at - _EPOCH) // _MICRO  # type: ignore[operator]
+                last_at = at
+            rows.append((user, session, agent, m.id, us, encode(m)))
         conn = self._conn
-        stored: list[ChatMessage] = []
         try:
+            if len(rows) == 1:
+                # One statement is its own transaction: no BEGIN/COMMIT round trips.
+                return batch if conn.execute(_INSERT, rows[0]).rowcount else []
             conn.execute("BEGIN IMMEDIATE")
             try:
-                execute = conn.execute
-                for message, row in zip(batch, rows, strict=True):
-                    if execute(_INSERT, row).rowcount:
-                        stored.append(message)
+                if conn.executemany(_INSERT, rows).rowcount == len(rows):
+                    stored = batch
+                else:
+                    # Some ids were stored before (a retried batch): redo row by row to
+                    # learn which; the write lock is held throughout.
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    execute = conn.execute
+                    stored = [
+                        m for m, row in zip(batch, rows, strict=True)
+                        if execute(_INSERT, row).rowcount
+                    ]
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -185,8 +197,12 @@ class SQLiteChatStorage(AsyncContextMixin):
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
         params = (key.user_id, key.session_id, key.agent_id)
         cached = self._cache.messages
+        cold = not self._cache.max_chars
         try:
             if limit is None:
+                if cold:
+                    records = self._conn.execute(_RECORDS, params).fetchall()
+                    return [decode(r) for (r,) in records]
                 seqs = self._conn.execute(_SEQS, params).fetchall()
                 try:
                     return [cached[seq] for (seq,) in seqs]
@@ -197,20 +213,31 @@ class SQLiteChatStorage(AsyncContextMixin):
                 if limit < 0:
                     raise ValueError(f"limit must be >= 0 or None, got {limit}")
                 return []
-            seqs = self._conn.execute(_SEQS_LAST, (*params, limit)).fetchall()
-            seqs.reverse()
-            try:
-                out = [cached[seq] for (seq,) in seqs]
-            except KeyError as exc:
-                rows = self._conn.execute(_ROWS_LAST, (exc.args[0], *params, limit)).fetchall()
-                rows.reverse()
-                out = self._decode(rows, _ROWS_LAST, (*params, limit), reverse=True)
+            if cold:
+                records = self._conn.execute(_RECORDS_LAST, (*params, limit)).fetchall()
+                records.reverse()
+                out = [decode(r) for (r,) in records]
+            else:
+                seqs = self._conn.execute(_SEQS_LAST, (*params, limit)).fetchall()
+                seqs.reverse()
+                out = self._window(seqs, params, limit)
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
         start = 0
         while start < len(out) and out[start].role == "tool":
             start += 1
         return out[start:] if start else out
+
+    def _window(
+        self, seqs: list[tuple[int]], params: tuple[str, str, str], limit: int
+    ) -> list[ChatMessage]:
+        cached = self._cache.messages
+        try:
+            return [cached[seq] for (seq,) in seqs]
+        except KeyError as exc:
+            rows = self._conn.execute(_ROWS_LAST, (exc.args[0], *params, limit)).fetchall()
+        rows.reverse()
+        return self._decode(rows, _ROWS_LAST, (*params, limit), reverse=True)
 
     def _decode(
         self,
@@ -266,6 +293,31 @@ class SQLiteChatStorage(AsyncContextMixin):
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
         self._cache.discard(seq for (seq,) in seqs)
+
+    async def list_keys(
+        self, user_id: str | None = None, session_id: str | None = None
+    ) -> list[ChatKey]:
+        """Every key holding a message, sorted; optionally one user's and/or one session's."""
+        clauses: list[str] = []
+        params: list[str] = []
+        if user_id is not None:
+            check_key_part("user_id", user_id)
+            clauses.append("user_id = ?")
+            params.append(user_id)
+        if session_id is not None:
+            check_key_part("session_id", session_id)
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        try:
+            rows = self._conn.execute(
+                "SELECT DISTINCT user_id, session_id, agent_id FROM messages "
+                f"{where}ORDER BY user_id, session_id, agent_id",
+                params,
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
+        return [ChatKey(*row) for row in rows]
 
     async def aclose(self) -> None:
         if not self._closed:

@@ -469,3 +469,22 @@ async def test_async_context_manager_closes(store: ChatStorage) -> None:
     async with store as entered:
         assert entered is store
         await entered.save(KEY, msg("inside"))
+
+
+async def test_list_keys_when_listable(store: ChatStorage) -> None:
+    from storage.listing import find_listable
+
+    listable = find_listable(store)
+    if listable is None:
+        pytest.skip("this stack cannot list its keys")
+    keys = [ChatKey("u2", "s", "a"), ChatKey("u1", "s2", "b"), ChatKey("u1", "s1", "a:b")]
+    for key in keys:
+        await store.save(key, msg("x"))
+    await store.save(ChatKey("u3", "s", "a"), msg("gone"))
+    await store.delete(ChatKey("u3", "s", "a"))
+    assert await listable.list_keys() == sorted(
+        keys, key=lambda k: (k.user_id, k.session_id, k.agent_id)
+    )
+    assert await listable.list_keys(user_id="u1") == [keys[2], keys[1]]
+    assert await listable.list_keys(user_id="u1", session_id="s2") == [keys[1]]
+    assert await listable.list_keys(session_id="s") == [keys[0]]
