@@ -126,6 +126,7 @@ EXPORTED = {
     "StorageUnavailableError",
     "SummarizerError",
     "SummarizingChatStorage",
+    "SyncChatStorage",
     "ToolCall",
     "TransformingChatStorage",
     "open_storage",
