@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import storage
+from storage.config import Stack
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import AgentMessage, ChatKey, ChatMessage
@@ -63,6 +64,7 @@ async def _noop_summarizer(history: list[ChatMessage], keep_last: int) -> list[C
 
 
 LAYERS: dict[str, Any] = {
+    "stack": lambda inner: Stack(inner),
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
 }
