@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Throw-away redis-server / Redis Cluster / PostgreSQL fixtures (started on first use).
+pytest_plugins = ["tests.servers"]
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:

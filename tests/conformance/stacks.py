@@ -8,27 +8,22 @@ as redis-py and asyncpg are asyncio-only).
 
 from __future__ import annotations
 
+import inspect
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from storage.layers.transforming import TransformingChatStorage
-from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
+from storage.stores.jsonl import JsonlChatStorage
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 
 Factory = Callable[[Path, pytest.FixtureRequest], "ChatStorage | Awaitable[ChatStorage]"]
 BOTH = ("asyncio", "trio")
 ASYNCIO = ("asyncio",)
-
-
-def upper_transform(message: ChatMessage, key: ChatKey) -> ChatMessage:
-    """Identity on content: stacks under test must return what was saved (the scrubber's own
-    behaviour is tested in its own module); this exercises the transform path."""
-    return message
 
 
 def _memory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
@@ -39,10 +34,77 @@ def _sqlite(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
     return SQLiteChatStorage(tmp / "chats.db")
 
 
+def _jsonl(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+    return JsonlChatStorage(tmp / "jsonl")
+
+
+def _unique(prefix: str) -> str:
+    """A name no other test uses: server stores share one server, isolated by prefix/schema."""
+    return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+def _redis(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+    from storage.stores.redis import RedisChatStorage
+
+    return RedisChatStorage(request.getfixturevalue("redis_url"), prefix=_unique("conf-"))
+
+
+def _redis_cluster(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+    from storage.stores.redis import RedisChatStorage
+
+    url = request.getfixturevalue("redis_cluster_url")
+    return RedisChatStorage(url, prefix=_unique("conf-"), cluster=True)
+
+
+def _postgres(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+    from storage.stores.postgres import PostgresChatStorage
+
+    return PostgresChatStorage(request.getfixturevalue("postgres_dsn"), schema=_unique("conf_"))
+
+
 STACKS: dict[str, tuple[Factory, tuple[str, ...]]] = {
     "memory": (_memory, BOTH),
     "sqlite": (_sqlite, BOTH),
+    "jsonl": (_jsonl, BOTH),
+    # Real servers from tests/servers.py (redis-py asyncio and asyncpg are asyncio-only).
+    "redis": (_redis, ASYNCIO),
+    "redis-cluster": (_redis_cluster, ASYNCIO),
+    "postgres": (_postgres, ASYNCIO),
 }
+
+
+BASES = dict(STACKS)
+
+
+async def _make(factory: Factory, tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+    made = factory(tmp, request)
+    return await made if inspect.isawaitable(made) else made
+
+
+def _scrubbed(base: Factory) -> Factory:
+    async def factory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+        from storage.layers.transforming import TransformingChatStorage
+        from storage.pii import PIIScrubber
+
+        return TransformingChatStorage(await _make(base, tmp, request), PIIScrubber(secret="t"))
+
+    return factory
+
+
+def _summarized(base: Factory) -> Factory:
+    # A threshold above every history of the suite: the conformance rules hold for the
+    # delegating path; the active buffer has its own rule tests and reference-model property.
+    async def factory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+        from storage.layers.summarizing import SummarizingChatStorage
+
+        return SummarizingChatStorage(await _make(base, tmp, request), trigger_at=500)
+
+    return factory
+
+
+for _name, (_factory, _backends) in BASES.items():
+    STACKS[f"scrub::{_name}"] = (_scrubbed(_factory), _backends)
+    STACKS[f"summarize::scrub::{_name}"] = (_summarized(_scrubbed(_factory)), _backends)
 
 
 def register(name: str, factory: Factory, backends: tuple[str, ...] = BOTH) -> None:
