@@ -1,0 +1,199 @@
+"""Accuracy and speed of ``PIIScrubber`` on labelled data: ``python -m benchmarks.pii_accuracy``.
+
+Data: ``examples/data/pii/presidio_research_synth_dataset_v2.dev.json`` (750 synthetic
+sentences with gold spans from microsoft/presidio-research; see the README next to it for
+source and licence). Only the entity types the scrubber claims are scored: EMAIL_ADDRESS,
+PHONE_NUMBER, CREDIT_CARD, IBAN_CODE, US_SSN, IP_ADDRESS. The scrubber runs with its default
+configuration (every built-in entity on, secrets included).
+
+Matching is span-level and overlap-based, per entity type: a gold span counts as found
+(recall) when a predicted span of the same type shares at least one character with it; a
+predicted span counts as correct (precision) when it overlaps a gold span of the same type.
+A prediction that overlaps a gold span of another type (a street number taken for a phone)
+is a false positive. F2 = 5PR / (4P + R), recall weighted over precision as fits a scrubber.
+The ``exact`` column counts found gold spans whose prediction has exactly the same bounds.
+
+Speed: ``scrub_text`` over every sentence (detection and replacement), best of ``--repeat``
+runs, as characters per second of input.
+
+Bounded time: the 1 MB adversarial inputs of the tests (which assert only that they
+finish) are timed here, one ``scrub_text`` call each.
+
+Options: ``--check`` exits 1 when a bar of issue 3 is missed; ``--verbose`` lists every
+false positive and false negative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from storage.message import ChatKey
+from storage.pii import PIIScrubber
+
+DATA: Final = (
+    Path(__file__).resolve().parents[1]
+    / "examples/data/pii/presidio_research_synth_dataset_v2.dev.json"
+)
+SCORED: Final = (
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "IBAN_CODE",
+    "US_SSN",
+    "IP_ADDRESS",
+)
+# Bars from issue 3: (min precision, min recall) per entity, and chars per second.
+BARS: Final = {name: (0.98, 0.99) for name in SCORED} | {"PHONE_NUMBER": (0.90, 0.90)}
+MIN_CHARS_PER_SECOND: Final = 1_000_000
+KEY: Final = ChatKey("benchmark", "pii-accuracy", "scrubber")
+
+
+def load(path: Path = DATA) -> list[dict[str, Any]]:
+    """The labelled records: ``{"full_text", "spans": [{"entity_type", "start_position",
+    "end_position", ...}], ...}``."""
+    with path.open(encoding="utf-8") as f:
+        records: list[dict[str, Any]] = json.load(f)
+    return records
+
+
+def _overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def score(records: Sequence[dict[str, Any]], scrubber: PIIScrubber) -> dict[str, dict[str, Any]]:
+    """Per entity: gold, predicted, true positives both ways, exact bounds, and examples."""
+    stats: dict[str, dict[str, Any]] = {
+        name: {"gold": 0, "pred": 0, "found": 0, "correct": 0, "exact": 0, "fp": [], "fn": []}
+        for name in SCORED
+    }
+    for record in records:
+        text = record["full_text"]
+        gold = [
+            (s["start_position"], s["end_position"], s["entity_type"])
+            for s in record["spans"]
+            if s["entity_type"] in stats
+        ]
+        pred = [d for d in scrubber.detect(text) if d.entity in stats]
+        for start, end, entity in gold:
+            row = stats[entity]
+            row["gold"] += 1
+            hits = [(p.start, p.end) for p in pred if p.entity == entity]
+            if any(_overlaps((start, end), h) for h in hits):
+                row["found"] += 1
+                row["exact"] += (start, end) in hits
+            else:
+                row["fn"].append(text[start:end])
+        for p in pred:
+            row = stats[p.entity]
+            row["pred"] += 1
+            if any(e == p.entity and _overlaps((p.start, p.end), (s, t)) for s, t, e in gold):
+                row["correct"] += 1
+            else:
+                row["fp"].append(text[p.start : p.end])
+    return stats
+
+
+def throughput(records: Sequence[dict[str, Any]], scrubber: PIIScrubber, repeat: int) -> float:
+    """Input characters per second of ``scrub_text`` over all records, best of ``repeat``."""
+    texts = [r["full_text"] for r in records]
+    chars = sum(len(t) for t in texts)
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for text in texts:
+            scrubber.scrub_text(text, KEY)
+        best = min(best, time.perf_counter() - started)
+    return chars / best
+
+
+ADVERSARIAL: Final = {
+    '"a@" repeated': "a@" * 500_000,
+    "200 k digits": "7" * 200_000,
+    '"1-" repeated': "1-" * 500_000,
+    "long dotted run": "1." * 500_000,
+    '"1 " repeated': "1 " * 500_000,
+    "1 MB of words": "lorem ipsum dolor sit amet " * 37_037,
+}
+
+
+def adversarial(scrubber: PIIScrubber) -> str:
+    """A markdown table: seconds per adversarial input (one run each)."""
+    lines = ["| adversarial input | size | seconds | MB/s |", "|---|---:|---:|---:|"]
+    for name, text in ADVERSARIAL.items():
+        started = time.perf_counter()
+        scrubber.scrub_text(text, KEY)
+        seconds = time.perf_counter() - started
+        lines.append(
+            f"| {name} | {len(text):,} | {seconds:.2f} | {len(text) / seconds / 1e6:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else 1.0
+
+
+def table(stats: dict[str, dict[str, Any]], chars_per_second: float) -> tuple[str, bool]:
+    """The markdown table and whether every bar is met."""
+    lines = [
+        "| entity | gold | predicted | precision | recall | F2 | exact bounds | bar (P / R) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    ok = True
+    for name in SCORED:
+        row = stats[name]
+        precision = _ratio(row["correct"], row["pred"])
+        recall = _ratio(row["found"], row["gold"])
+        f2 = 5 * precision * recall / (4 * precision + recall) if precision + recall else 0.0
+        min_p, min_r = BARS[name]
+        met = precision >= min_p and recall >= min_r
+        ok &= met
+        lines.append(
+            f"| {name} | {row['gold']} | {row['pred']} | {precision:.3f} | {recall:.3f} "
+            f"| {f2:.3f} | {row['exact']}/{row['found']} | {min_p:.2f} / {min_r:.2f} "
+            f"{'met' if met else '**missed**'} |"
+        )
+    speed_met = chars_per_second >= MIN_CHARS_PER_SECOND
+    ok &= speed_met
+    lines.append("")
+    lines.append(
+        f"Throughput: {chars_per_second:,.0f} chars/s (bar {MIN_CHARS_PER_SECOND:,}: "
+        f"{'met' if speed_met else 'missed'})"
+    )
+    return "\n".join(lines), ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", type=Path, default=DATA, help="labelled JSON file")
+    parser.add_argument("--repeat", type=int, default=7, help="timing runs (best is kept)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a bar is missed")
+    parser.add_argument("--verbose", action="store_true", help="list every FP and FN")
+    args = parser.parse_args(argv)
+
+    records = load(args.data)
+    scrubber = PIIScrubber(secret="pii-accuracy-benchmark")
+    stats = score(records, scrubber)
+    speed = throughput(records, scrubber, args.repeat)
+    chars = sum(len(r["full_text"]) for r in records)
+    print(f"PII accuracy on {args.data.name}: {len(records)} sentences, {chars:,} characters\n")
+    text, ok = table(stats, speed)
+    print(text)
+    print()
+    print(adversarial(scrubber))
+    if args.verbose:
+        for name in SCORED:
+            for kind in ("fp", "fn"):
+                for value in stats[name][kind]:
+                    print(f"{name} {kind.upper()}: {value!r}")
+    return 1 if args.check and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

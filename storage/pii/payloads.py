@@ -1,0 +1,73 @@
+"""Scrub a JSON document value by value, keeping its exact formatting, keys and structure.
+
+Tool-call arguments and tool results are usually JSON. Re-serialising them would change
+their bytes (spacing, key order, escapes) even where nothing was found, so the document is
+edited in place instead: once ``json.loads`` has accepted it, a linear scan visits its
+string literals and numbers (outside strings no ``"`` can occur, so the scan cannot lose
+sync), skips object keys, and replaces only the values whose text changed. A whole integer
+that is PII (a card number stored as a number) becomes a JSON string holding the
+placeholder. The result always parses with ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["scrub_json"]
+
+_TOKEN_RE: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"|-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?')
+_KEY_COLON_RE: Final = re.compile(r"\s*+:")
+
+
+def scrub_json(
+    raw: str,
+    scrub_string: Callable[[str], str],
+    scrub_integer: Callable[[str], str | None],
+) -> str | None:
+    """Scrub the JSON document ``raw``; ``None`` when ``raw`` is not a JSON object or array.
+
+    Args:
+        raw: the document.
+        scrub_string: maps a decoded string value to its scrubbed text.
+        scrub_integer: maps the digits of a non-negative integer of 7+ digits to replacement
+            text when the whole number is PII, else ``None``.
+
+    Returns:
+        ``raw`` itself when nothing changed, else the edited document.
+    """
+    head = raw.lstrip()[:1]
+    if head not in ("{", "["):
+        return None
+    try:
+        json.loads(raw)
+    except ValueError:
+        return None
+    pieces: list[str] = []
+    last = 0
+    for m in _TOKEN_RE.finditer(raw):
+        token = m.group()
+        if token[0] == '"':
+            if _KEY_COLON_RE.match(raw, m.end()):
+                continue  # an object key
+            value = json.loads(token) if "\\" in token else token[1:-1]
+            new = scrub_string(value)
+            if new == value:
+                continue
+            replacement = json.dumps(new, ensure_ascii=token.isascii())
+        else:
+            if len(token) < 7 or not token.isdigit():
+                continue
+            new_number = scrub_integer(token)
+            if new_number is None:
+                continue
+            replacement = json.dumps(new_number)
+        pieces.append(raw[last : m.start()])
+        pieces.append(replacement)
+        last = m.end()
+    if not pieces:
+        return raw
+    pieces.append(raw[last:])
+    return "".join(pieces)

@@ -1,0 +1,420 @@
+"""``PIIScrubber``: the message transform that replaces PII with placeholders before storage.
+
+It plugs into ``TransformingChatStorage(inner, PIIScrubber(...))`` and scrubs, in each
+message: the content text and the ``text`` of content parts; tool-call ``arguments`` value by
+value (the JSON stays valid, keys unchanged; arguments that are not JSON are scrubbed as
+text); tool results (a JSON result value by value, anything else as text); the legacy
+``function_call`` arguments and a ``refusal`` text. It never touches ids, ``tool_call_id``,
+function names or ``metadata``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import warnings
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, Literal, get_args
+
+import attrs
+
+from storage.errors import ConfigError
+from storage.message import ChatKey, ChatMessage
+from storage.pii.credentials import (
+    find_api_keys,
+    find_jwts,
+    find_private_keys,
+    find_url_passwords,
+)
+from storage.pii.detectors import (
+    Detector,
+    RegexDetector,
+    SpanFinder,
+    find_credit_cards,
+    find_emails,
+    find_ibans,
+    find_ip_addresses,
+    find_us_ssns,
+)
+from storage.pii.known_values import FrozenValues, KnownValues, freeze_known_values
+from storage.pii.ner import EntityRecognizer
+from storage.pii.payloads import scrub_json
+from storage.pii.phone import find_phone_numbers
+from storage.pii.placeholders import (
+    ENTITY_NAME_RE,
+    MASKED_ENTITIES,
+    PLACEHOLDER_RE,
+    KeyedHasher,
+    mask,
+)
+from storage.pii.protected import TextView
+from storage.pii.spans import Detection, resolve
+
+__all__ = ["BUILTIN_ENTITIES", "SECRET_ENTITIES", "SECRET_ENV", "Mode", "PIIScrubber"]
+
+Mode = Literal["redact", "mask"]
+SECRET_ENV: Final = "CHATLAYERS_PII_SECRET"
+
+# Built-in detectors, strongest first: when overlapping detections are equally long, the
+# earlier entity names the merged span.
+_BUILTIN: Final[dict[str, SpanFinder]] = {
+    "PRIVATE_KEY": find_private_keys,
+    "JWT": find_jwts,
+    "API_KEY": find_api_keys,
+    "PASSWORD": find_url_passwords,
+    "EMAIL_ADDRESS": find_emails,
+    "IBAN_CODE": find_ibans,
+    "CREDIT_CARD": find_credit_cards,
+    "US_SSN": find_us_ssns,
+    "IP_ADDRESS": find_ip_addresses,
+    "PHONE_NUMBER": find_phone_numbers,
+}
+#: Every entity the built-in detectors find (Presidio's names where Presidio has one).
+BUILTIN_ENTITIES: Final = tuple(_BUILTIN)
+#: The credential entities among them.
+SECRET_ENTITIES: Final = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "PASSWORD"})
+
+_CUSTOM_RANK: Final = 50
+_KNOWN_RANK: Final = 100
+_RECOGNIZER_RANK: Final = 200
+_PROCESS_SECRET: Final = os.urandom(32)
+_MAX_HASHERS: Final = 1024
+_MAX_PASSES: Final = 4
+
+#: What ``detectors=`` accepts per entity: a regex (source or compiled), a ``RegexDetector``
+#: (regex + validator), or any callable ``text -> iterable of (start, end)``.
+CustomDetector = Detector | RegexDetector | re.Pattern[str] | str
+KnownValuesFor = Callable[[ChatKey], Mapping[str, Iterable[str]]]
+
+
+def _load_secret(secret: str | bytes | None) -> tuple[bytes, str]:
+    if secret is not None:
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if not isinstance(secret, bytes) or not secret:
+            raise ConfigError("the PII secret must be a non-empty str or bytes")
+        return secret, "given"
+    env = os.environ.get(SECRET_ENV)
+    if env:
+        return env.encode("utf-8"), SECRET_ENV
+    warnings.warn(
+        f"PIIScrubber: no secret given and {SECRET_ENV} is not set; using a random "
+        "per-process secret, so placeholders will not be stable across restarts",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return _PROCESS_SECRET, "random per-process"
+
+
+def _check_entity(name: object, what: str) -> str:
+    if not isinstance(name, str) or ENTITY_NAME_RE.fullmatch(name) is None:
+        raise ConfigError(f"{what} {name!r} must be an upper-case name like 'PERSON'")
+    return name
+
+
+def _adapt(name: str, detector: object) -> SpanFinder:
+    """Turn a custom detector (pattern, RegexDetector or span callable) into a SpanFinder."""
+    if isinstance(detector, str | re.Pattern):
+        detector = RegexDetector(detector)
+    if not callable(detector):
+        raise ConfigError(
+            f"detector for {name} must be a regex, a RegexDetector or a callable "
+            f"text -> [(start, end)], got {type(detector).__name__}"
+        )
+    find: Detector = detector
+
+    def finder(view: TextView) -> Iterator[tuple[int, int]]:
+        size = len(view.text)
+        for span in find(view.text):
+            start, end = span
+            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= size):
+                raise ConfigError(
+                    f"detector for {name} returned span {span!r} outside a text of length {size}"
+                )
+            yield start, end
+
+    return finder
+
+
+class PIIScrubber:
+    """Replace PII in messages with keyed-hash placeholders such as ``<EMAIL_ADDRESS_3f9a2c1d>``.
+
+    A placeholder is the first 32 bits of HMAC-SHA256(secret, conversation key, normalized
+    value): stable for one value within a conversation, unlinkable across conversations,
+    never matched again (scrubbing is idempotent), and no state is kept. Overlapping
+    detections merge into one placeholder. Built-in detection is linear in the text length.
+
+    Args:
+        secret: the HMAC key. Default: ``$CHATLAYERS_PII_SECRET``; without it a random
+            per-process secret is used and a ``RuntimeWarning`` says placeholders will not be
+            stable across restarts.
+        entities: which built-in entities to find (default: all of :data:`BUILTIN_ENTITIES`:
+            ``EMAIL_ADDRESS``, ``PHONE_NUMBER``, ``CREDIT_CARD``, ``IBAN_CODE``, ``US_SSN``,
+            ``IP_ADDRESS``, ``API_KEY``, ``JWT``, ``PRIVATE_KEY``, ``PASSWORD``). Custom
+            detectors, known values and the recognizer are always on.
+        mode: ``"redact"`` (placeholders) or ``"mask"`` (card and phone numbers keep their
+            last four digits, ``**** **** **** 1234``; other entities get placeholders).
+        known_values: values the application knows are PII, by entity
+            (``{"PERSON": ["Mia Li"], "USER_ID": ["mia_li_3668"]}``), matched
+            case-insensitively on word boundaries, also inside JSON payloads.
+        known_values_for: ``key -> {entity: values}``, called once per scrubbed message for
+            that conversation's own values (its user's profile); added to ``known_values``.
+        detectors: custom detectors by entity name: a regex (string or compiled), a
+            :class:`RegexDetector` (regex + validator), or any callable ``text -> iterable of
+            (start, end)``. A built-in name replaces that built-in detector.
+        recognizer: an optional :class:`~storage.pii.ner.EntityRecognizer` (a model-based
+            detector such as Presidio or GLiNER, not shipped).
+
+    Attributes:
+        counts: ``Counter`` of the entities replaced since construction, by entity name.
+
+    Raises:
+        ConfigError: empty secret, unknown entity, bad mode, malformed known values or
+            detectors (at construction); a ``known_values_for`` result or custom detector
+            span that is malformed (when scrubbing).
+    """
+
+    def __init__(
+        self,
+        secret: str | bytes | None = None,
+        *,
+        entities: Iterable[str] | None = None,
+        mode: Mode = "redact",
+        known_values: Mapping[str, Iterable[str]] | None = None,
+        known_values_for: KnownValuesFor | None = None,
+        detectors: Mapping[str, CustomDetector] | None = None,
+        recognizer: EntityRecognizer | None = None,
+    ) -> None:
+        self._secret, self._secret_source = _load_secret(secret)
+        if mode not in get_args(Mode):
+            raise ConfigError(f"PII mode must be 'redact' or 'mask', got {mode!r}")
+        self.mode: Mode = mode
+        if entities is None:
+            chosen = list(BUILTIN_ENTITIES)
+        else:
+            if isinstance(entities, str):
+                raise ConfigError("entities must be an iterable of names, not one string")
+            chosen = []
+            for name in entities:
+                if name not in _BUILTIN:
+                    hint = [n for n in BUILTIN_ENTITIES if str(name).upper() in n]
+                    hint = hint or difflib.get_close_matches(str(name), BUILTIN_ENTITIES, n=1)
+                    raise ConfigError(
+                        f"unknown PII entity {name!r}"
+                        + (f"; did you mean {hint[0]!r}?" if hint else "")
+                        + f" (known: {', '.join(BUILTIN_ENTITIES)})"
+                    )
+                chosen.append(name)
+        finders: dict[str, tuple[int, SpanFinder]] = {
+            name: (rank, _BUILTIN[name])
+            for rank, name in enumerate(BUILTIN_ENTITIES)
+            if name in chosen
+        }
+        for i, (name, detector) in enumerate((detectors or {}).items()):
+            _check_entity(name, "detector entity")
+            rank = BUILTIN_ENTITIES.index(name) if name in _BUILTIN else _CUSTOM_RANK + i
+            finders[name] = (rank, _adapt(name, detector))
+        self._finders: tuple[tuple[str, int, SpanFinder], ...] = tuple(
+            (name, rank, finder) for name, (rank, finder) in finders.items()
+        )
+        self._known: FrozenValues = freeze_known_values(known_values)
+        self._known_for = known_values_for
+        if recognizer is not None and not callable(recognizer):
+            raise ConfigError("recognizer must be callable: text -> [(start, end, entity)]")
+        self._recognizer = recognizer
+        self.counts: Counter[str] = Counter()
+        self._hashers: dict[ChatKey, KeyedHasher] = {}
+
+    # --- public API -------------------------------------------------------------------------
+
+    def __call__(self, message: ChatMessage, key: ChatKey) -> ChatMessage:
+        """Scrub one message for conversation ``key`` (the ``TransformingChatStorage`` hook).
+
+        Returns:
+            ``message`` itself when nothing was found, else a copy (same ``id``,
+            ``created_at``, ``present``, ``metadata``) with the PII replaced.
+        """
+        run = self._run(key)
+        changes: dict[str, Any] = {}
+        scrub = run.payload if message.role == "tool" else run.text
+        content = message.content
+        if isinstance(content, str):
+            new_content = scrub(content)
+            if new_content != content:
+                changes["content"] = new_content
+        elif isinstance(content, tuple) and content:
+            parts = [self._scrub_part(part, scrub) for part in content]
+            if any(new is not old for new, old in zip(parts, content, strict=True)):
+                changes["content"] = tuple(parts)
+        if message.tool_calls:
+            calls = []
+            for call in message.tool_calls:
+                arguments = call.arguments
+                if isinstance(arguments, str):
+                    new_arguments = run.payload(arguments)
+                    if new_arguments != arguments:
+                        call = attrs.evolve(call, arguments=new_arguments)
+                calls.append(call)
+            if any(new is not old for new, old in zip(calls, message.tool_calls, strict=True)):
+                changes["tool_calls"] = tuple(calls)
+        if message.extra:
+            extra = self._scrub_extra(message.extra, run)
+            if extra is not None:
+                changes["extra"] = extra
+        return attrs.evolve(message, **changes) if changes else message
+
+    def scrub_text(self, text: str, key: ChatKey) -> str:
+        """Scrub plain ``text`` for conversation ``key`` (``text`` itself when nothing found)."""
+        return self._run(key).text(text)
+
+    def detect(self, text: str, key: ChatKey | None = None) -> list[Detection]:
+        """What would be replaced in ``text``: merged, sorted detections (counts unchanged).
+
+        ``key`` selects the conversation's known values (``known_values_for``); without it
+        only the constructor's known values apply.
+        """
+        return self._find(text, self._known_values(key))
+
+    def describe(self) -> str:
+        """One line for logs and ``describe()`` of a stack; holds no secret and no values."""
+        names = ",".join(name for name, _, _ in self._finders)
+        parts = [f"mode={self.mode}", f"entities={names}", f"secret={self._secret_source}"]
+        if self._known:
+            parts.append(f"known_values={len(self._known)}")
+        if self._known_for is not None:
+            parts.append("known_values_for=yes")
+        if self._recognizer is not None:
+            parts.append(f"recognizer={type(self._recognizer).__name__}")
+        return f"PIIScrubber({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _known_values(self, key: ChatKey | None) -> KnownValues | None:
+        pairs = self._known
+        if key is not None and self._known_for is not None:
+            pairs = pairs | freeze_known_values(self._known_for(key))
+        return KnownValues.compile(pairs)
+
+    def _run(self, key: ChatKey) -> _Run:
+        hasher = self._hashers.get(key)
+        if hasher is None:
+            if len(self._hashers) >= _MAX_HASHERS:
+                self._hashers.clear()  # a cache of HMAC states only: dropping it is harmless
+            hasher = self._hashers[key] = KeyedHasher(self._secret, key)
+        return _Run(self, hasher, self._known_values(key))
+
+    def _find(self, text: str, known: KnownValues | None) -> list[Detection]:
+        if not text:
+            return []
+        view = TextView(text)
+        found: list[tuple[int, int, int, str]] = []
+        for name, rank, finder in self._finders:
+            found.extend((start, end, rank, name) for start, end in finder(view))
+        if known is not None:
+            found.extend((start, end, _KNOWN_RANK, name) for start, end, name in known.find(text))
+        if self._recognizer is not None:
+            for start, end, name in self._recognizer(text):
+                _check_entity(name, "recognizer entity")
+                if 0 <= start < end <= len(text):
+                    found.append((start, end, _RECOGNIZER_RANK, name))
+        if not found:
+            return []
+        if "<" in text:
+            found = _outside_placeholders(text, found)
+        return resolve(found)
+
+    def _replace(self, text: str, found: list[Detection], hasher: KeyedHasher) -> str:
+        pieces: list[str] = []
+        last = 0
+        masking = self.mode == "mask"
+        for start, end, entity in found:
+            pieces.append(text[last:start])
+            value = text[start:end]
+            if masking and entity in MASKED_ENTITIES:
+                pieces.append(mask(value))
+            else:
+                pieces.append(hasher.placeholder(entity, value))
+            self.counts[entity] += 1
+            last = end
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    @staticmethod
+    def _scrub_part(part: Any, scrub: Callable[[str], str]) -> Any:
+        if isinstance(part, Mapping):
+            text = part.get("text")
+            if isinstance(text, str):
+                new = scrub(text)
+                if new != text:
+                    return {**part, "text": new}
+        return part
+
+    @staticmethod
+    def _scrub_extra(extra: Mapping[str, Any], run: _Run) -> dict[str, Any] | None:
+        """Legacy ``function_call`` arguments and ``refusal`` text; ``None`` if unchanged."""
+        out = dict(extra)
+        call = extra.get("function_call")
+        if isinstance(call, Mapping) and isinstance(call.get("arguments"), str):
+            arguments = run.payload(call["arguments"])
+            if arguments != call["arguments"]:
+                out["function_call"] = {**call, "arguments": arguments}
+        refusal = extra.get("refusal")
+        if isinstance(refusal, str):
+            out["refusal"] = run.text(refusal)
+        changed = any(out[k] is not extra[k] and out[k] != extra[k] for k in out)
+        return out if changed else None
+
+
+def _outside_placeholders(
+    text: str, found: list[tuple[int, int, int, str]]
+) -> list[tuple[int, int, int, str]]:
+    """Drop detections that touch an existing placeholder: placeholders are never re-matched."""
+    spans = [m.span() for m in PLACEHOLDER_RE.finditer(text)]
+    if not spans:
+        return found
+    starts = [start for start, _ in spans]
+    kept = []
+    for item in found:
+        i = bisect_right(starts, item[1] - 1) - 1
+        if i < 0 or spans[i][1] <= item[0]:
+            kept.append(item)
+    return kept
+
+
+class _Run:
+    """One message's worth of scrubbing: the conversation's hasher and known values."""
+
+    __slots__ = ("_hasher", "_known", "_owner")
+
+    def __init__(self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None):
+        self._owner, self._hasher, self._known = owner, hasher, known
+
+    def text(self, text: str) -> str:
+        """Scrub plain text. A replacement changes what its neighbours touch ("a@b.co+44 20
+        7946 0958": the phone number is glued to the address), so the result is scanned again
+        until nothing new is found, at most ``_MAX_PASSES`` times: this keeps scrubbing
+        idempotent for all but chains of more than that many glued-together values."""
+        owner, known = self._owner, self._known
+        for _ in range(_MAX_PASSES):
+            found = owner._find(text, known)
+            if not found:
+                break
+            text = owner._replace(text, found, self._hasher)
+        return text
+
+    def payload(self, text: str) -> str:
+        """A JSON document value by value, or plain text when it is not JSON."""
+        scrubbed = scrub_json(text, self.text, self._integer)
+        return self.text(text) if scrubbed is None else scrubbed
+
+    def _integer(self, digits: str) -> str | None:
+        found = self._owner._find(digits, self._known)
+        if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
+            return self._owner._replace(digits, found, self._hasher)
+        return None
