@@ -154,11 +154,6 @@ def test_legacy_function_call_and_refusal(scrubber: PIIScrubber) -> None:
     assert entities(json.loads(out["function_call"]["arguments"])["email"]) == ["EMAIL_ADDRESS"]
 
 
-def test_metadata_untouched(scrubber: PIIScrubber) -> None:
-    message = ChatMessage("user", f"I am {EMAIL}", metadata={"owner": EMAIL})
-    assert scrubber(message, KEY).metadata == {"owner": EMAIL}
-
-
 # --- placeholders ---------------------------------------------------------------------------
 
 
@@ -450,3 +445,28 @@ async def test_transforming_stack_stores_scrubbed_messages() -> None:
     assert entities(fetched[0].content) == ["EMAIL_ADDRESS"]
     assert await store.save(KEY, message) == []  # a retried save stays idempotent
     assert "PIIScrubber(" in store.describe()
+
+
+def test_metadata_string_values_scrubbed_but_not_chatlayers_markers() -> None:
+    scrubber = PIIScrubber(secret="m")
+    key = ChatKey("u", "s", "a")
+    message = ChatMessage(
+        "assistant",
+        "ok",
+        metadata={
+            "langchain": {"additional_kwargs": {"note": "reach me at ada@example.org"}},
+            "reasoning": ["call +44 20 7946 0958"],
+            "trace_id": "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+            "chatlayers": {"summary": True},
+        },
+    )
+    out = scrubber(message, key)
+    flat = repr(out.metadata)
+    assert "ada@example.org" not in flat
+    assert "7946 0958" not in flat
+    assert "<EMAIL_ADDRESS_" in out.metadata["langchain"]["additional_kwargs"]["note"]
+    assert out.metadata["trace_id"] == "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
+    assert out.metadata["chatlayers"] == {"summary": True}
+    assert out.id == message.id
+    untouched = ChatMessage("user", "x", metadata={"tag": "blue"})
+    assert scrubber(untouched, key) is untouched

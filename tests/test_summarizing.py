@@ -441,3 +441,28 @@ def test_property_matches_reference_model(
             assert await raw.fetch(KEY) == model.raw
 
     anyio.run(run)
+
+
+async def test_over_real_scrubber_buffer_and_summarizer_see_scrubbed_text_only(
+    tmp_path: Path,
+) -> None:
+    from storage.pii import PIIScrubber
+
+    fake = FakeSummarizer()
+    raw = SQLiteChatStorage(tmp_path / "db.sqlite")
+    layer = SummarizingChatStorage(
+        TransformingChatStorage(raw, PIIScrubber(secret="s")), fake, trigger_at=2, keep_last=1
+    )
+    emails = [f"person{n}@example.org" for n in range(5)]
+    for n, email in enumerate(emails[:3]):
+        await layer.save(KEY, ChatMessage("user", f"I am {email}"))
+        await layer.save(KEY, ChatMessage("assistant", f"noted {n}"))
+    await layer.fetch(KEY)  # activation
+    for email in emails[3:]:
+        await layer.save(KEY, ChatMessage("user", f"also {email}"))
+    seen = repr(fake.calls) + repr(await layer.fetch(KEY))
+    assert fake.calls
+    assert "<EMAIL_ADDRESS_" in seen
+    for email in emails:
+        assert email not in seen
+    await raw.aclose()

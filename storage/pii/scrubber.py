@@ -4,8 +4,9 @@ It plugs into ``TransformingChatStorage(inner, PIIScrubber(...))`` and scrubs, i
 message: the content text and the ``text`` of content parts; tool-call ``arguments`` value by
 value (the JSON stays valid, keys unchanged; arguments that are not JSON are scrubbed as
 text); tool results (a JSON result value by value, anything else as text); the legacy
-``function_call`` arguments and a ``refusal`` text. It never touches ids, ``tool_call_id``,
-function names or ``metadata``.
+``function_call`` arguments and a ``refusal`` text; and the string values of ``metadata``
+(adapters keep framework data there), except the library's own ``chatlayers`` markers. It
+never touches ids, ``tool_call_id``, function names or any mapping key.
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ class PIIScrubber:
 
         Returns:
             ``message`` itself when nothing was found, else a copy (same ``id``,
-            ``created_at``, ``present``, ``metadata``) with the PII replaced.
+            ``created_at``, ``present``) with the PII replaced.
         """
         run = self._run(key)
         changes: dict[str, Any] = {}
@@ -264,6 +265,15 @@ class PIIScrubber:
             extra = self._scrub_extra(message.extra, run)
             if extra is not None:
                 changes["extra"] = extra
+        if message.metadata:
+            # Adapters keep framework data here (reasoning summaries, LangChain kwargs,
+            # citations): it reaches the store, so its string values are scrubbed too.
+            metadata = {
+                k: v if k == "chatlayers" else _scrub_value(v, run)
+                for k, v in message.metadata.items()
+            }
+            if any(metadata[k] is not v for k, v in message.metadata.items()):
+                changes["metadata"] = metadata
         return attrs.evolve(message, **changes) if changes else message
 
     def scrub_text(self, text: str, key: ChatKey) -> str:
@@ -418,3 +428,17 @@ class _Run:
         if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
             return self._owner._replace(digits, found, self._hasher)
         return None
+
+
+def _scrub_value(value: Any, run: _Run) -> Any:
+    """Scrub every string inside JSON-like ``value`` (keys kept); ``value`` itself if unchanged."""
+    if isinstance(value, str):
+        scrubbed = run.payload(value)
+        return value if scrubbed == value else scrubbed
+    if isinstance(value, Mapping):
+        items = {k: _scrub_value(v, run) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, list | tuple):
+        values = [_scrub_value(v, run) for v in value]
+        return value if all(a is b for a, b in zip(values, value, strict=True)) else values
+    return value
