@@ -13,240 +13,46 @@ and ``--json`` for machine output)::
     chatlayers delete --user U     erase a user (or one conversation with --session/--agent)
     chatlayers compact             compact a JSONL store's files
 
-Tables and progress bars use rich in a terminal; plain text when piped; JSON with ``--json``.
-
-The conversation file format (read by ``replay`` and ``import``, written by ``export``): JSON
-lines (or a ``.json`` file holding a list), one conversation per line::
-
-    {"id": "conv-1", "messages": [<OpenAI chat messages>], "metadata": {"user_id": "u1"}}
-    {"user_id": "u1", "session_id": "conv-1", "agent_id": "assistant", "messages": [...],
-     "chatlayers": {"v": 1, "ids": [...], "created_at": [...], "metadata": [...]}}
-
-The key is ``user_id`` (else ``metadata.user_id``, else the conversation id), ``session_id``
-(else ``id``) and ``agent_id`` (else ``"assistant"``). Message ids come from ``chatlayers.ids``,
-else from a hash of (conversation id, index), so replaying or importing a file twice stores
-nothing new.
+This module parses the arguments, runs the command and renders its result; the work itself is
+in :mod:`storage.replay` and :mod:`storage.transfer`, the file format (read by ``replay`` and
+``import``, written by ``export``) in :mod:`storage.conversation_file`, and the rendering
+primitives (rich in a terminal, plain text when piped, JSON with ``--json``) in
+:mod:`storage.output`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
-import json
-import math
 import os
 import sys
-import time
 import warnings
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import Any, TextIO
 
 import anyio
 import attrs
 
-from storage.codec import encode
-from storage.errors import ChatStorageError, ConfigError, InvalidKeyError, InvalidMessageError
-from storage.history import validate_history, validate_message
-from storage.listing import ListableStorage, find_listable
-from storage.message import ChatKey, ChatMessage, check_key_part, thaw
+from storage.config import open_storage
+from storage.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
+from storage.errors import ChatStorageError, ConfigError
+from storage.listing import find_listable
+from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.output import Output
+from storage.redact import redact_url
+from storage.replay import replay
+from storage.stack import Stack, describe_lines
+from storage.transfer import (
+    collect_stats,
+    export_conversations,
+    import_conversations,
+    require_listable,
+)
 
-if TYPE_CHECKING:
-    from storage.config import Stack
-
-__all__ = [
-    "Conversation",
-    "export_conversations",
-    "import_conversations",
-    "main",
-    "message_id",
-    "read_conversations",
-    "replay",
-]
-
-DEFAULT_AGENT: Final = "assistant"
-EXPORT_VERSION: Final = 1
-
-
-# --- the conversation file format -----------------------------------------------------------
-
-
-@attrs.frozen
-class Conversation:
-    """One conversation read from a file, validated, with its key and message ids set.
-
-    Attributes:
-        key: where it is stored.
-        messages: the validated messages, oldest first, ids set.
-        where: ``FILE:LINE`` it came from (for messages).
-    """
-
-    key: ChatKey
-    messages: list[ChatMessage]
-    where: str
-
-
-def message_id(conversation_id: str, index: int) -> str:
-    """The deterministic id of message ``index`` of a conversation (32 hex characters).
-
-    A re-replay or re-import of the same file therefore stores nothing new.
-    """
-    digest = hashlib.blake2b(f"{conversation_id}\x00{index}".encode(), digest_size=16)
-    return digest.hexdigest()
-
-
-def _items(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line or item number, decoded JSON)`` of a JSONL file or a JSON list file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidMessageError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise InvalidMessageError(f"{path}: not valid JSON: {exc}") from None
-        items = data if isinstance(data, list) else [data]
-        yield from enumerate(items, 1)
-        return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except ValueError as exc:
-            raise InvalidMessageError(f"{path}:{number}: not valid JSON: {exc}") from None
-
-
-def _conversation(item: Any, where: str) -> Conversation:
-    if not isinstance(item, Mapping):
-        raise InvalidMessageError(f"{where}: a conversation must be a JSON object")
-    metadata = item.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    conv_id = item.get("id")
-    session_id = item.get("session_id", conv_id)
-    if session_id is None:
-        raise InvalidKeyError(f"{where}: the conversation has neither 'session_id' nor 'id'")
-    user_id = item.get(
-        "user_id", metadata.get("user_id", conv_id if conv_id is not None else session_id)
-    )
-    agent_id = item.get("agent_id", DEFAULT_AGENT)
-    try:
-        key = ChatKey(user_id, session_id, agent_id)
-    except InvalidKeyError as exc:
-        raise InvalidKeyError(f"{where}: {exc}") from None
-    try:
-        messages = validate_history(item.get("messages"))
-    except InvalidMessageError as exc:
-        raise InvalidMessageError(f"{where}: {exc}") from None
-    extension = item.get("chatlayers")
-    ids: Sequence[Any] | None = None
-    created: Sequence[Any] | None = None
-    metas: Sequence[Any] | None = None
-    if extension is not None:
-        if not isinstance(extension, Mapping):
-            raise InvalidMessageError(f"{where}: 'chatlayers' must be an object")
-        ids, created, metas = (extension.get(k) for k in ("ids", "created_at", "metadata"))
-        for name, values in (("ids", ids), ("created_at", created), ("metadata", metas)):
-            if values is not None and (
-                not isinstance(values, list) or len(values) != len(messages)
-            ):
-                raise InvalidMessageError(
-                    f"{where}: chatlayers.{name} must be a list of {len(messages)} entries"
-                )
-    if ids is not None:
-        repeated = sorted({i for i in ids if isinstance(i, str) and ids.count(i) > 1})
-        if repeated:
-            raise InvalidMessageError(f"{where}: chatlayers.ids repeats {repeated[0]!r}")
-    base_id = str(conv_id if conv_id is not None else session_id)
-    out: list[ChatMessage] = []
-    for index, message in enumerate(messages):
-        changes: dict[str, Any] = {"id": message_id(base_id, index)}
-        if ids is not None:
-            changes["id"] = ids[index]
-        if created is not None and created[index] is not None:
-            changes["created_at"] = _parse_time(created[index], f"{where}: message {index}")
-        if metas is not None and metas[index]:
-            changes["metadata"] = metas[index]
-        candidate = attrs.evolve(message, **changes)
-        try:
-            out.append(validate_message(candidate, index))
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(f"{where}: {exc}") from None
-    return Conversation(key, out, where)
-
-
-def _parse_time(value: Any, where: str) -> datetime:
-    if not isinstance(value, str):
-        raise InvalidMessageError(f"{where}: created_at must be an ISO 8601 string")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidMessageError(f"{where}: created_at {value!r} is not ISO 8601") from None
-    if parsed.utcoffset() is None:
-        raise InvalidMessageError(f"{where}: created_at {value!r} has no timezone")
-    return parsed
-
-
-def read_conversations(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
-    """Read and validate every conversation of ``paths`` (JSONL, or JSON lists).
-
-    Nothing is returned unless every conversation is valid.
-
-    Raises:
-        InvalidMessageError: a line is not JSON, not an object, or its history breaks a rule
-            of ``validate_history`` (``FILE:LINE`` and the message index are named).
-        InvalidKeyError: a conversation has no usable key (``FILE:LINE`` named).
-        ConfigError: a file cannot be read.
-    """
-    out: list[Conversation] = []
-    for raw in paths:
-        path = Path(raw)
-        for number, item in _items(path):
-            out.append(_conversation(item, f"{path}:{number}"))
-    return out
-
-
-def conversation_record(key: ChatKey, messages: Sequence[ChatMessage]) -> dict[str, Any]:
-    """The export line of one conversation: the OpenAI messages plus key, ids and timestamps."""
-    record: dict[str, Any] = {
-        "user_id": key.user_id,
-        "session_id": key.session_id,
-        "agent_id": key.agent_id,
-        "messages": [m.to_openai() for m in messages],
-    }
-    extension: dict[str, Any] = {
-        "v": EXPORT_VERSION,
-        "ids": [m.id for m in messages],
-        "created_at": [m.created_at.isoformat() if m.created_at else None for m in messages],
-    }
-    if any(m.metadata for m in messages):
-        extension["metadata"] = [thaw(m.metadata) if m.metadata else None for m in messages]
-    record["chatlayers"] = extension
-    return record
-
-
-# --- stack helpers -------------------------------------------------------------------------
-
-
-def _listable(stack: Stack) -> ListableStorage:
-    found = find_listable(stack)
-    if found is None:
-        raise ConfigError(
-            f"this command lists stored conversations, which the store "
-            f"{_store_label(stack)} cannot do (it does not implement list_keys)"
-        )
-    return found
+__all__ = ["build_parser", "main"]
 
 
 def _store_label(stack: Stack) -> str:
-    from storage.config import describe_lines
-
     return describe_lines(stack)[-1]
 
 
@@ -257,321 +63,6 @@ def _database(stack: Stack) -> str:
     if isinstance(path, str | os.PathLike) and str(path) != ":memory:":
         return os.path.abspath(path)
     return _store_label(stack)
-
-
-def _counts(stack: Stack) -> tuple[Counter[str], int, bool, bool]:
-    """(PII found by entity, summaries made, has a scrubber, has a summarizer)."""
-    pii: Counter[str] = Counter()
-    summaries = 0
-    scrubbing = summarizing = False
-    for component in stack.components():
-        counts = getattr(getattr(component, "transform", None), "counts", None)
-        if isinstance(counts, Mapping):
-            scrubbing = True
-            pii.update(counts)
-        made = getattr(component, "summaries_made", None)
-        if isinstance(made, int):
-            summarizing = True
-            summaries += made
-    return pii, summaries, scrubbing, summarizing
-
-
-# --- operations (usable from code and tests) -----------------------------------------------
-
-
-@attrs.define
-class ReplayReport:
-    """The figures of one replay (see ``chatlayers replay``)."""
-
-    conversations: int = 0
-    messages_read: int = 0
-    messages_stored: int = 0
-    messages_skipped: int = 0
-    raw_messages: int = 0
-    view_messages: int = 0
-    raw_tokens: int | None = 0
-    view_tokens: int | None = 0
-    fetch_seconds: list[float] = attrs.field(factory=list)
-    pii: Counter[str] = attrs.field(factory=Counter)
-    summaries_made: int = 0
-    scrubbing: bool = False
-    summarizing: bool = False
-
-    def percentile(self, q: float) -> float | None:
-        """The ``q`` quantile (0..1) of the fetch latencies in seconds (nearest rank)."""
-        if not self.fetch_seconds:
-            return None
-        ordered = sorted(self.fetch_seconds)
-        rank = max(1, min(len(ordered), math.ceil(q * len(ordered))))
-        return ordered[rank - 1]
-
-
-async def replay(
-    stack: Stack,
-    conversations: Sequence[Conversation],
-    *,
-    fresh: bool = False,
-    fetch_limit: int | None = None,
-    model: str = "gpt-4o",
-    on_message: Callable[[], None] | None = None,
-) -> ReplayReport:
-    """Save every conversation one message at a time, fetching before every assistant message
-    (as an orchestrator does before calling the model) and once at the end.
-
-    Args:
-        stack: the stack to write through.
-        conversations: from :func:`read_conversations`.
-        fresh: delete each conversation's key first.
-        fetch_limit: the ``limit`` of each fetch (``None``: the whole history).
-        model: the model whose tokenizer counts tokens.
-        on_message: called after each message (progress).
-
-    Raises:
-        ChatStorageError: from the stack (the messages saved before it stay stored).
-    """
-    report = ReplayReport()
-    perf = time.perf_counter
-    count = _token_counter(model)
-    for conversation in conversations:
-        key = conversation.key
-        if fresh:
-            await stack.delete(key)
-        messages = conversation.messages
-        view: list[ChatMessage] = []
-        for index, message in enumerate(messages):
-            stored = await stack.save(key, message)
-            report.messages_stored += len(stored)
-            report.messages_skipped += 1 - len(stored)
-            last = index == len(messages) - 1
-            if last or messages[index + 1].role == "assistant":
-                start = perf()
-                view = await stack.fetch(key, limit=fetch_limit)
-                report.fetch_seconds.append(perf() - start)
-            if on_message is not None:
-                on_message()
-        raw = await stack.base.fetch(key)
-        report.conversations += 1
-        report.messages_read += len(messages)
-        report.raw_messages += len(raw)
-        report.view_messages += len(view)
-        if count is not None and report.raw_tokens is not None and report.view_tokens is not None:
-            report.raw_tokens += count(raw)
-            report.view_tokens += count(view)
-    if count is None:
-        report.raw_tokens = report.view_tokens = None
-    report.pii, report.summaries_made, report.scrubbing, report.summarizing = _counts(stack)
-    return report
-
-
-def _token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:
-    try:
-        from summarizers.tokens import count_tokens
-    except ImportError:
-        return None
-
-    def count(messages: Sequence[ChatMessage]) -> int:
-        return count_tokens(messages, model=model)
-
-    return count
-
-
-async def iter_conversations(
-    stack: Stack, *, user_id: str | None = None, session_id: str | None = None
-) -> AsyncIterator[tuple[ChatKey, list[ChatMessage]]]:
-    """Every stored conversation (raw, from the innermost store), in key order."""
-    keys = await _listable(stack).list_keys(user_id, session_id)
-    base = stack.base
-    for key in keys:
-        yield key, await base.fetch(key)
-
-
-async def export_conversations(
-    stack: Stack,
-    out: TextIO,
-    *,
-    user_id: str | None = None,
-    session_id: str | None = None,
-) -> tuple[int, int]:
-    """Write every stored conversation (raw) to ``out`` as JSON lines; return
-    ``(conversations, messages)``.
-
-    Raises:
-        ConfigError: the store cannot list its keys.
-        ChatStorageError: from the store.
-    """
-    conversations = messages = 0
-    async for key, history in iter_conversations(stack, user_id=user_id, session_id=session_id):
-        if not history:
-            continue
-        out.write(json.dumps(conversation_record(key, history), ensure_ascii=False) + "\n")
-        conversations += 1
-        messages += len(history)
-    return conversations, messages
-
-
-async def import_conversations(
-    stack: Stack,
-    conversations: Sequence[Conversation],
-    *,
-    on_conversation: Callable[[], None] | None = None,
-) -> tuple[int, int]:
-    """Save each conversation as one atomic batch; return ``(stored, already present)``.
-
-    Messages already stored (same id) are skipped, so an import can be re-run safely after a
-    failure midway.
-    """
-    stored = skipped = 0
-    for conversation in conversations:
-        new = await stack.save_messages(conversation.key, conversation.messages)
-        stored += len(new)
-        skipped += len(conversation.messages) - len(new)
-        if on_conversation is not None:
-            on_conversation()
-    return stored, skipped
-
-
-@attrs.define
-class Stats:
-    """What a store holds."""
-
-    users: int = 0
-    sessions: int = 0
-    agents: int = 0
-    conversations: int = 0
-    messages: int = 0
-    bytes: int = 0
-
-
-async def collect_stats(stack: Stack, *, user_id: str | None = None) -> Stats:
-    """Count users, sessions (per user), agents (distinct ids), conversations, messages and the
-    bytes of their records (UTF-8 JSON in the store codec's format)."""
-    users: set[str] = set()
-    sessions: set[tuple[str, str]] = set()
-    agents: set[str] = set()
-    stats = Stats()
-    async for key, history in iter_conversations(stack, user_id=user_id):
-        if not history:
-            continue
-        users.add(key.user_id)
-        sessions.add((key.user_id, key.session_id))
-        agents.add(key.agent_id)
-        stats.conversations += 1
-        stats.messages += len(history)
-        stats.bytes += sum(len(encode(m).encode("utf-8")) for m in history)
-    stats.users, stats.sessions, stats.agents = len(users), len(sessions), len(agents)
-    return stats
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-class Output:
-    """Rich tables and progress bars in a terminal, plain text when piped, JSON with --json."""
-
-    def __init__(self, *, json_mode: bool, out: TextIO | None = None, err: TextIO | None = None):
-        self.json_mode = json_mode
-        self.out = out if out is not None else sys.stdout
-        self.err = err if err is not None else sys.stderr
-        self.rich = not json_mode and _isatty(self.out)
-
-    def json(self, data: Any) -> None:
-        self.out.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
-
-    def table(
-        self,
-        title: str | None,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        *,
-        show_header: bool = True,
-    ) -> None:
-        if self.rich:
-            from rich.console import Console
-            from rich.table import Table
-
-            table = Table(title=title, show_header=show_header, title_justify="left")
-            for index, column in enumerate(columns):
-                table.add_column(
-                    column,
-                    justify="right" if index and _numeric(rows, index) else "left",
-                    overflow="fold",
-                )
-            for row in rows:
-                table.add_row(*(_cell(v) for v in row))
-            Console(file=self.out, soft_wrap=False).print(table)
-            return
-        if title:
-            self.out.write(f"{title}\n")
-        cells = [[_cell(v) for v in row] for row in rows]
-        if show_header:
-            cells.insert(0, list(columns))
-        if not cells:
-            return
-        widths = [max(len(row[i]) for row in cells if i < len(row)) for i in range(len(columns))]
-        for row in cells:
-            line = "  ".join(
-                cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row)
-            )
-            self.out.write(line.rstrip() + "\n")
-
-    def text(self, text: str) -> None:
-        self.out.write(text + "\n")
-
-    def note(self, text: str) -> None:
-        """A remark for a person (stderr), never part of the data on stdout."""
-        if not self.json_mode:
-            self.err.write(text + "\n")
-
-    @contextlib.contextmanager
-    def progress(self, description: str, total: int) -> Iterator[Callable[[], None]]:
-        """A progress bar on stderr in a terminal; yields ``advance()``."""
-        if self.json_mode or not _isatty(self.err):
-            yield lambda: None
-            return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(file=self.err),
-            transient=True,
-        ) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda: bar.advance(task)
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def _numeric(rows: Sequence[Sequence[Any]], index: int) -> bool:
-    return bool(rows) and all(
-        isinstance(row[index], int | float) or row[index] is None
-        for row in rows
-        if index < len(row)
-    )
 
 
 def _ms(seconds: float | None) -> str:
@@ -663,7 +154,7 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
 async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     user_id = args.user
     if user_id is None:
-        keys = await _listable(stack).list_keys(None, args.session)
+        keys = await require_listable(stack).list_keys(None, args.session)
         users = sorted({k.user_id for k in keys if k.agent_id == args.agent})
         if len(users) != 1:
             found = ", ".join(repr(u) for u in users) or "none"
@@ -900,8 +391,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open(args: argparse.Namespace) -> Stack:
-    from storage.config import open_storage
-
     url, config = getattr(args, "url", None), getattr(args, "config", None)
     if url and config:
         raise ConfigError("give --url or --config, not both")
@@ -936,8 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _show_warning  # one readable line, no source excerpt
             return anyio.run(_run, args, out)
     except ChatStorageError as exc:
-        from storage.config import redact_url
-
         sys.stderr.write(f"chatlayers: error: {redact_url(str(exc))}\n")
         return 1
     except KeyboardInterrupt:

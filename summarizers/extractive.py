@@ -77,6 +77,10 @@ class ExtractiveSummarizer:
             plan, self.summary_body(plan), role=self.summary_role, summarizer="extractive"
         )
 
+    def describe(self) -> str:
+        """One line for a stack's ``describe()``: ``ExtractiveSummarizer(max_chars=2000)``."""
+        return f"ExtractiveSummarizer(max_chars={self.max_chars})"
+
     def summary_body(self, plan: SummaryPlan) -> str:
         """The new summary body: prior lines, then one line per summarized turn, bounded."""
         prior = [line for line in plan.prior_text.splitlines() if line.strip()]

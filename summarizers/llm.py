@@ -148,6 +148,15 @@ class LiteLLMSummarizer:
             plan, body, role=self.summary_role, summarizer="litellm", extra={"model": self.model}
         )
 
+    def describe(self) -> str:
+        """One line for a stack's ``describe()``, e.g. ``LiteLLMSummarizer(model='gpt-4o-mini',
+        timeout=30.0, retries=2)``; ``completion_kwargs`` (which may hold an api key) is never
+        shown."""
+        return (
+            f"LiteLLMSummarizer(model={self.model!r}, timeout={float(self.timeout)}, "
+            f"retries={self.retries})"
+        )
+
     def request_messages(self, plan: SummaryPlan) -> list[dict[str, str]]:
         """The chat messages of the summarizing request for ``plan`` (blocking: tokenizes).
 

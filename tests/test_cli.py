@@ -9,13 +9,20 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from storage.cli import Output, main, message_id, read_conversations
+from storage.cli import main
+from storage.conversation_file import message_id, read_conversations
 from storage.errors import InvalidMessageError
+from storage.message import AgentMessage, ChatKey, ChatMessage
+from storage.output import Output
+from storage.protocol import AsyncContextMixin
+from storage.registry import registry
+from storage.replay import ReplayReport
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 
@@ -275,6 +282,21 @@ def test_stack_command_redacts(capsys: pytest.CaptureFixture[str]) -> None:
     assert "s3cret" not in json.dumps(data)
 
 
+def test_stack_command_shows_the_summarizer(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "stack", "--url", "summarize::memory://")
+    assert code == 0, err
+    assert "summarizer=ExtractiveSummarizer(max_chars=2000))" in out
+    url = (
+        "summarize?summarizer=litellm&summarizer.model=gpt-4o-mini"
+        '&summarizer.completion_kwargs={"api_key":"sk-s3cret"}::memory://'
+    )
+    data = run_json(capsys, "stack", "--url", url)
+    assert data["components"][0].endswith(
+        "summarizer=LiteLLMSummarizer(model='gpt-4o-mini', timeout=30.0, retries=2))"
+    )
+    assert "s3cret" not in json.dumps(data)
+
+
 def test_url_before_or_after_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -502,10 +524,50 @@ def test_compact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith("compacted ")
 
 
-def test_listing_needed(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("redis")
-    # The Redis store cannot list keys: the command says so before touching the server.
-    code, _, err = run(capsys, "stats", "--url", "redis://:s3cret@localhost:1/0")
+class UnlistedStore(AsyncContextMixin):
+    """A store that cannot list its keys: every protocol method, no ``list_keys``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._store = InMemoryChatStorage()  # held privately: find_listable must not see it
+
+    def describe(self) -> str:
+        return self.url  # the password too: the stack's redaction must hide it
+
+    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
+        return await self._store.save(key, message)
+
+    async def save_messages(
+        self, key: ChatKey, messages: Sequence[ChatMessage]
+    ) -> list[ChatMessage]:
+        return await self._store.save_messages(key, messages)
+
+    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        return await self._store.fetch(key, limit=limit)
+
+    async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
+        return await self._store.fetch_all_chats(user_id, session_id)
+
+    async def delete(self, key: ChatKey) -> None:
+        await self._store.delete(key)
+
+    async def delete_user(self, user_id: str) -> None:
+        await self._store.delete_user(user_id)
+
+    async def aclose(self) -> None:
+        await self._store.aclose()
+
+
+@pytest.fixture
+def unlisted_scheme() -> Iterator[str]:
+    registry.register("stores", "unlisted", UnlistedStore)
+    yield "unlisted"
+    registry.unregister("stores", "unlisted")
+
+
+def test_listing_needed(capsys: pytest.CaptureFixture[str], unlisted_scheme: str) -> None:
+    # A store that cannot list keys: the command says so before touching the store.
+    code, _, err = run(capsys, "stats", "--url", f"{unlisted_scheme}://:s3cret@localhost:1/0")
     assert code == 1
     assert "cannot do (it does not implement list_keys)" in err
     assert "s3cret" not in err
@@ -551,8 +613,6 @@ def test_console_script_subprocess(tmp_path: Path) -> None:
 
 
 def test_percentiles_are_nearest_rank() -> None:
-    from storage.cli import ReplayReport
-
     report = ReplayReport(fetch_seconds=[float(i) for i in range(1, 101)])
     assert report.percentile(0.5) == 50.0
     assert report.percentile(0.99) == 99.0

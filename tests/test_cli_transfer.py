@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from storage.cli import (
-    collect_stats,
-    export_conversations,
-    import_conversations,
-    read_conversations,
-)
-from storage.config import Stack, open_storage
+from storage.config import open_storage
+from storage.conversation_file import read_conversations
 from storage.errors import ConfigError
 from storage.listing import ListableStorage, find_listable
 from storage.message import ChatKey
+from storage.stack import Stack
+from storage.transfer import collect_stats, export_conversations, import_conversations
+from tests.test_cli import UnlistedStore
 
 pytestmark = pytest.mark.anyio
 
@@ -168,9 +166,7 @@ async def test_import_through_a_scrubbing_stack_scrubs(
     assert "<EMAIL_ADDRESS_" in out.getvalue()
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # redis-py is asyncio-only
-async def test_export_needs_a_listable_store(anyio_backend: str) -> None:
-    pytest.importorskip("redis")
-    async with open_storage("redis://localhost:1/0") as stack:
+async def test_export_needs_a_listable_store() -> None:
+    async with Stack(UnlistedStore("unlisted://")) as stack:
         with pytest.raises(ConfigError, match="does not implement list_keys"):
             await export_conversations(stack, io.StringIO())

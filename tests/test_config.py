@@ -12,23 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.config import (
-    DEFAULT_URL,
-    Stack,
-    convert,
-    describe,
-    open_storage,
-    parse_config,
-    parse_url,
-    redact_text,
-    redact_url,
-)
+from storage.chain import parse_url
+from storage.config import DEFAULT_URL, open_storage, parse_config
 from storage.errors import ConfigError, StorageUnavailableError
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
+from storage.options import convert
 from storage.protocol import ChatStorage
+from storage.redact import redact_text, redact_url
 from storage.registry import Registry
+from storage.stack import Stack, describe
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from summarizers.extractive import ExtractiveSummarizer
@@ -440,6 +434,7 @@ def test_describe_walks_the_stack_outermost_first(tmp_path: Path) -> None:
     assert lines == describe(stack).splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("SummarizingChatStorage(trigger_at=3, keep_last=2")
+    assert lines[0].endswith(", summarizer=ExtractiveSummarizer(max_chars=2000))")
     assert lines[1] == "TransformingChatStorage(transform=keep)"
     assert lines[2] == f"sqlite:///{tmp_path}/c.db (synchronous=normal)"
     assert describe(stack.inner) == stack.describe()
@@ -504,7 +499,7 @@ def test_password_redacted_in_parse_errors_and_reprs(url: str) -> None:
 
 def test_password_redacted_in_redis_stack(caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("redis")
-    with caplog.at_level(logging.DEBUG, logger="storage.config"):
+    with caplog.at_level(logging.DEBUG, logger="storage.build"):
         stack = open_storage("redis://:s3cret@localhost:6379/0")  # builds, connects lazily
     for text in (repr(stack), stack.describe(), stack.source, caplog.text, str(stack.components())):
         assert "s3cret" not in text
@@ -514,7 +509,7 @@ def test_password_redacted_in_redis_stack(caplog: pytest.LogCaptureFixture) -> N
 
 def test_password_redacted_in_postgres_stack(caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("asyncpg")
-    with caplog.at_level(logging.DEBUG, logger="storage.config"):
+    with caplog.at_level(logging.DEBUG, logger="storage.build"):
         stack = open_storage("summarize::postgresql://u:s3cret@h/db?sslmode=require")  # no connect
     for text in (repr(stack), stack.describe(), stack.source, caplog.text):
         assert "s3cret" not in text
@@ -555,10 +550,33 @@ def test_secret_options_redacted_in_describe_and_errors(monkeypatch: pytest.Monk
     stack = open_storage(spec)
     assert "s3cret" not in repr(stack)
     assert "s3cret" not in stack.describe()
+    summarize = stack.describe().splitlines()[0]
+    assert summarize.endswith(
+        "summarizer=LiteLLMSummarizer(model='gpt-4o-mini', timeout=30.0, retries=2))"
+    )
     spec["layers"][0]["summarizer"]["retries"] = "x"  # type: ignore[index]
     with pytest.raises(ConfigError) as info:
         open_storage(spec)
     assert "s3cret" not in str(info.value)
+
+
+def test_secret_inside_a_json_option_is_redacted_in_the_spec_repr() -> None:
+    spec = parse_url(
+        "summarize?summarizer=litellm&summarizer.model=m"
+        '&summarizer.completion_kwargs={"api_key":"sk-s3cret"}::memory://'
+    )
+    assert "s3cret" not in repr(spec)
+    assert '{"api_key":"***"}' in repr(spec)
+
+
+def test_env_variable_names_are_not_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHATLAYERS_TEST_UNSET", raising=False)
+    with pytest.raises(ConfigError, match="secret_env names 'CHATLAYERS_TEST_UNSET', which is"):
+        open_storage("scrub?secret_env=CHATLAYERS_TEST_UNSET::memory://")
+    monkeypatch.setenv("CHATLAYERS_TEST_SECRET", "s3cret-from-env")
+    stack = open_storage("scrub?secret_env=CHATLAYERS_TEST_SECRET::memory://")
+    assert stack.source == "URL scrub?secret_env=CHATLAYERS_TEST_SECRET::memory://"
+    assert "s3cret" not in repr(stack)
 
 
 def test_redact_helpers() -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from storage.config import Stack, open_storage
+from storage.config import open_storage
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
+from storage.stack import Stack
 from storage.stores.sqlite import SQLiteChatStorage
 
 pytest_plugins = ["tests.servers"]

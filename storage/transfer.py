@@ -1,0 +1,146 @@
+"""Move and count stored conversations: export to, import from the conversation file format.
+
+Export and statistics read the raw record from the innermost store, which must be able to
+list its keys (:class:`storage.listing.ListableStorage`); import saves each conversation as
+one batch through the whole stack (so a scrubbing layer scrubs it). The file format is
+:mod:`storage.conversation_file`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TextIO
+
+import attrs
+
+from storage.codec import encode
+from storage.conversation_file import Conversation, conversation_record
+from storage.errors import ConfigError
+from storage.listing import ListableStorage, find_listable
+from storage.message import ChatKey, ChatMessage
+from storage.stack import Stack, describe_lines
+
+__all__ = [
+    "Stats",
+    "collect_stats",
+    "export_conversations",
+    "import_conversations",
+    "iter_conversations",
+    "require_listable",
+]
+
+
+def require_listable(stack: Stack) -> ListableStorage:
+    """The component of ``stack`` that can list its keys.
+
+    Raises:
+        ConfigError: no component can (the store is named).
+    """
+    found = find_listable(stack)
+    if found is None:
+        raise ConfigError(
+            f"this command lists stored conversations, which the store "
+            f"{describe_lines(stack)[-1]} cannot do (it does not implement list_keys)"
+        )
+    return found
+
+
+async def iter_conversations(
+    stack: Stack, *, user_id: str | None = None, session_id: str | None = None
+) -> AsyncIterator[tuple[ChatKey, list[ChatMessage]]]:
+    """Every stored conversation (raw, from the innermost store), in key order.
+
+    Raises:
+        ConfigError: the store cannot list its keys.
+        ChatStorageError: from the store.
+    """
+    keys = await require_listable(stack).list_keys(user_id, session_id)
+    base = stack.base
+    for key in keys:
+        yield key, await base.fetch(key)
+
+
+async def export_conversations(
+    stack: Stack,
+    out: TextIO,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+) -> tuple[int, int]:
+    """Write every stored conversation (raw) to ``out`` as JSON lines; return
+    ``(conversations, messages)``.
+
+    Raises:
+        ConfigError: the store cannot list its keys.
+        ChatStorageError: from the store.
+    """
+    conversations = messages = 0
+    async for key, history in iter_conversations(stack, user_id=user_id, session_id=session_id):
+        if not history:
+            continue
+        out.write(json.dumps(conversation_record(key, history), ensure_ascii=False) + "\n")
+        conversations += 1
+        messages += len(history)
+    return conversations, messages
+
+
+async def import_conversations(
+    stack: Stack,
+    conversations: Sequence[Conversation],
+    *,
+    on_conversation: Callable[[], None] | None = None,
+) -> tuple[int, int]:
+    """Save each conversation as one atomic batch; return ``(stored, already present)``.
+
+    Messages already stored (same id) are skipped, so an import can be re-run safely after a
+    failure midway.
+
+    Raises:
+        ChatStorageError: from the stack (the conversations saved before stay stored).
+    """
+    stored = skipped = 0
+    for conversation in conversations:
+        new = await stack.save_messages(conversation.key, conversation.messages)
+        stored += len(new)
+        skipped += len(conversation.messages) - len(new)
+        if on_conversation is not None:
+            on_conversation()
+    return stored, skipped
+
+
+@attrs.define
+class Stats:
+    """What a store holds."""
+
+    users: int = 0
+    sessions: int = 0
+    agents: int = 0
+    conversations: int = 0
+    messages: int = 0
+    bytes: int = 0
+
+
+async def collect_stats(stack: Stack, *, user_id: str | None = None) -> Stats:
+    """Count users, sessions (per user), agents (distinct ids), conversations, messages and the
+    bytes of their records (UTF-8 JSON in the store codec's format).
+
+    Raises:
+        ConfigError: the store cannot list its keys.
+        ChatStorageError: from the store.
+    """
+    users: set[str] = set()
+    sessions: set[tuple[str, str]] = set()
+    agents: set[str] = set()
+    stats = Stats()
+    async for key, history in iter_conversations(stack, user_id=user_id):
+        if not history:
+            continue
+        users.add(key.user_id)
+        sessions.add((key.user_id, key.session_id))
+        agents.add(key.agent_id)
+        stats.conversations += 1
+        stats.messages += len(history)
+        stats.bytes += sum(len(encode(m).encode("utf-8")) for m in history)
+    stats.users, stats.sessions, stats.agents = len(users), len(sessions), len(agents)
+    return stats
