@@ -59,7 +59,7 @@ def tool_turn(call_id: str, text: str) -> list[ChatMessage]:
 async def test_real_conversations_round_trip(
     store: ChatStorage, stack_name: str, dataset: str
 ) -> None:
-    conversations = load_conversations(dataset)[:12]
+    conversations = load_conversations(dataset)
     for n, conversation in enumerate(conversations):
         key = ChatKey("replay", f"conversation-{n}", "assistant")
         messages = [ChatMessage.from_openai(d) for d in conversation["messages"]]
