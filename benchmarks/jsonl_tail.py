@@ -35,7 +35,9 @@ from benchmarks.data import history
 from benchmarks.timing import Contender, interleaved
 from storage.codec import decode
 from storage.message import ChatKey, ChatMessage
-from storage.stores.jsonl import JsonlChatStorage, _LineCache, _tail_messages
+from storage.stores.jsonl import JsonlChatStorage
+from storage.stores.jsonl.cache import LineCache
+from storage.stores.jsonl.reads import tail_messages
 
 KEY = ChatKey("bench", "session", "agent")
 SIZES = (100, 100_000)
@@ -76,7 +78,7 @@ async def tail_table(workdir: Path, rounds: int, budget: float) -> list[str]:
         "| warm / floor | cold / floor | cold / (floor + codec) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    no_cache = _LineCache(0)
+    no_cache = LineCache(0)
     for n in SIZES:
         root = workdir / f"n{n}"
         path = str(await build(root, n))
@@ -89,7 +91,7 @@ async def tail_table(workdir: Path, rounds: int, budget: float) -> list[str]:
         ]
 
         def hop(p: str = path, lock: str = lock) -> object:
-            return anyio.to_thread.run_sync(_tail_messages, p, lock, LIMIT, no_cache)
+            return anyio.to_thread.run_sync(tail_messages, p, lock, LIMIT, no_cache)
 
         contenders = [
             Contender("floor", lambda p=path: floor_read(p), False),

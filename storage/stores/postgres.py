@@ -32,11 +32,12 @@ import anyio
 import sniffio
 
 from storage.codec import decode, encode
+from storage.config.redact import redact_text, redact_url, secrets_of_url
 from storage.errors import ConfigError, InvalidKeyError, StorageUnavailableError
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.base import prepare_batch
-from storage.stores.urls import pop_query, redact_url, scrub_secret
+from storage.stores.urls import pop_query
 
 if TYPE_CHECKING:
     import asyncpg
@@ -161,7 +162,7 @@ class PostgresChatStorage(AsyncContextMixin):
             raise ConfigError(f"not a postgresql:// URL: {redact_url(str(dsn))!r}")
         self._driver = asyncpg
         self._dsn, options = pop_query(dsn, _OWN_OPTIONS)
-        self._raw_dsn = dsn
+        self._secrets = secrets_of_url(dsn)  # hidden in the driver's messages too
         self.dsn = redact_url(dsn)
         self.schema = _check_name("schema", schema or options.get("schema") or "public")
         self.table = _check_name("table", table or options.get("table") or "chatlayers_messages")
@@ -219,7 +220,7 @@ class PostgresChatStorage(AsyncContextMixin):
     # ------------------------------------------------------------------ pool and schema
 
     def _unavailable(self, exc: BaseException) -> StorageUnavailableError:
-        detail = scrub_secret(f"{type(exc).__name__}: {exc}", self._raw_dsn)
+        detail = redact_text(f"{type(exc).__name__}: {exc}", self._secrets)
         return StorageUnavailableError(f"PostgreSQL at {self.dsn}: {detail}")
 
     async def open(self) -> Self:

@@ -38,6 +38,7 @@ from urllib.parse import quote, unquote
 import anyio
 
 from storage.codec import decode, encode
+from storage.config.redact import redact_text, redact_url, secrets_of_url
 from storage.errors import (
     ConfigError,
     CorruptRecordError,
@@ -47,7 +48,7 @@ from storage.errors import (
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.base import prepare_batch
-from storage.stores.urls import pop_query, redact_url, scrub_secret
+from storage.stores.urls import pop_query
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -240,7 +241,7 @@ class RedisChatStorage(AsyncContextMixin):
             raise ConfigError(f"not a redis:// or rediss:// URL: {redact_url(str(url))!r}")
         driver_url, options = pop_query(url, _OWN_OPTIONS)
         self.url = redact_url(url)
-        self._raw_url = url
+        self._secrets = secrets_of_url(url)  # hidden in the driver's messages too
         if prefix is None:
             prefix = options.get("prefix", DEFAULT_PREFIX)
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
@@ -283,7 +284,7 @@ class RedisChatStorage(AsyncContextMixin):
     # ------------------------------------------------------------------ driver calls
 
     def _unavailable(self, exc: BaseException) -> StorageUnavailableError:
-        detail = scrub_secret(f"{type(exc).__name__}: {exc}", self._raw_url)
+        detail = redact_text(f"{type(exc).__name__}: {exc}", self._secrets)
         return StorageUnavailableError(f"Redis at {self.url}: {detail}")
 
     async def _cluster_ready(self) -> None:
