@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from storage.config.redact import redact_options
 from storage.errors import ConfigError, SummarizerError
 from storage.message import ChatMessage
 from summarizers.extractive import SUMMARY_ROLES
@@ -45,14 +46,10 @@ _NEW_HEADING: Final = "New messages:"
 _MIN_CAP: Final = 16  # tokens every message keeps, whatever the budget
 _OVERHEAD: Final = 64  # request framing, headings and separators, in tokens
 _PERMANENT_STATUS: Final = frozenset({400, 401, 403, 404, 422})
-_SECRET_WORDS: Final = ("key", "secret", "token", "password", "auth")
 
 
 def _redacted(kwargs: Mapping[str, Any]) -> str:
-    shown = {
-        k: "***" if any(w in k.lower() for w in _SECRET_WORDS) else v for k, v in kwargs.items()
-    }
-    return repr(shown)
+    return repr(redact_options(kwargs))
 
 
 def _as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from storage.cli import main
-from storage.conversation_file import message_id, read_conversations
+from storage.cli.conversation_file import message_id, read_conversations
+from storage.cli.output import Output
+from storage.cli.replay import ReplayReport
+from storage.config.registry import registry
 from storage.errors import InvalidMessageError
 from storage.message import AgentMessage, ChatKey, ChatMessage
-from storage.output import Output
 from storage.protocol import AsyncContextMixin
-from storage.registry import registry
-from storage.replay import ReplayReport
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 

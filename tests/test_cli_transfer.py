@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from storage.cli.conversation_file import read_conversations
+from storage.cli.transfer import collect_stats, export_conversations, import_conversations
 from storage.config import open_storage
-from storage.conversation_file import read_conversations
+from storage.config.stack import Stack
 from storage.errors import ConfigError
 from storage.listing import ListableStorage, find_listable
 from storage.message import ChatKey
-from storage.stack import Stack
-from storage.transfer import collect_stats, export_conversations, import_conversations
 from tests.test_cli import UnlistedStore
 
 pytestmark = pytest.mark.anyio

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from storage.config import open_storage
+from storage.config.stack import Stack
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
-from storage.stack import Stack
 from storage.stores.sqlite import SQLiteChatStorage
 
 pytest_plugins = ["tests.servers"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from storage.config import open_storage
+from storage.config.registry import KINDS, Registry, registry
 from storage.errors import ConfigError
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
-from storage.registry import KINDS, Registry, registry
 
 pytestmark = pytest.mark.anyio
 KEY = ChatKey("u", "s", "a")
@@ -31,7 +31,7 @@ def test_builtin_names() -> None:
 
 def test_importing_config_imports_no_driver() -> None:
     code = (
-        "import sys, storage, storage.config, storage.registry, storage.cli\n"
+        "import sys, storage, storage.config, storage.config.registry, storage.cli\n"
         "storage.config.open_storage('memory://')\n"
         "bad = [m for m in ('redis', 'asyncpg', 'litellm', 'rich') if m in sys.modules]\n"
         "print(bad)\n"
@@ -229,7 +229,7 @@ def test_entry_point_cannot_replace_a_builtin(
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     reg = Registry()
-    with caplog.at_level(logging.WARNING, logger="storage.registry"):
+    with caplog.at_level(logging.WARNING, logger="storage.config.registry"):
         names = reg.names("layers")
     assert "scrub" in names
     assert reg.entry("layers", "scrub").origin == "builtin"

@@ -1,7 +1,7 @@
 """The parsed, unbuilt form of a stack: ``StackSpec`` (a store and layers) of ``ComponentSpec``.
 
-URL chains (:mod:`storage.chain`) and the dict / TOML form (:mod:`storage.config`) both parse
-to this form; :mod:`storage.build` resolves its names and builds it. Option values are still
+URL chains (:mod:`storage.config.chain`) and the dict / TOML form (:mod:`storage.config`) both parse
+to this form; :mod:`storage.config.build` resolves its names and builds it. Option values are still
 raw here (strings from a URL, native values from TOML); a spec's repr never shows a secret.
 """
 
@@ -13,15 +13,15 @@ from typing import Any, Final
 
 import attrs
 
-from storage.errors import ConfigError
-from storage.redact import (
+from storage.config.redact import (
     redact_options,
     redact_text,
     redact_url,
     secrets_of_options,
     secrets_of_url,
 )
-from storage.registry import Kind
+from storage.config.registry import Kind
+from storage.errors import ConfigError
 
 __all__ = ["NESTED", "ComponentSpec", "StackSpec", "component_from_table", "nest_tables"]
 
@@ -44,7 +44,7 @@ class ComponentSpec:
         options: raw options: strings from a URL, native values from TOML or a dict; a nested
             component (``summarizer``) is a ``ComponentSpec``.
         url: the store URL (stores only; ``None`` when built from ``type`` and options). Holds
-            the password: never print it, use :func:`storage.redact.redact_url`.
+            the password: never print it, use :func:`storage.config.redact.redact_url`.
         base_dir: directory that ``*_file`` options are relative to (the config file's).
     """
 

@@ -1,6 +1,6 @@
 """The replay job: save real conversations through a stack as an orchestrator would.
 
-Each conversation (read by :func:`storage.conversation_file.read_conversations`) is saved one
+Each conversation (read by :func:`storage.cli.conversation_file.read_conversations`) is saved one
 message at a time, with a fetch before every assistant message (when an orchestrator calls
 the model) and one at the end. The :class:`ReplayReport` holds what that did: messages
 stored, PII found by the scrubbing layers, summaries made, the raw record against the model's
@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from storage.conversation_file import Conversation
+from storage.cli.conversation_file import Conversation
+from storage.config.stack import Stack
 from storage.message import ChatMessage
-from storage.stack import Stack
 
 __all__ = ["ReplayReport", "replay"]
 
@@ -80,7 +80,7 @@ async def replay(
 
     Args:
         stack: the stack to write through.
-        conversations: from :func:`storage.conversation_file.read_conversations`.
+        conversations: from :func:`storage.cli.conversation_file.read_conversations`.
         fresh: delete each conversation's key first.
         fetch_limit: the ``limit`` of each fetch (``None``: the whole history).
         model: the model whose tokenizer counts tokens.

@@ -10,7 +10,7 @@ Each layer segment is ``name[?option=value&...]``; the last segment is the store
 query options are the store's constructor options (a Redis or PostgreSQL URL keeps the query
 parameters the store does not declare, for its driver). A nested summarizer is named by
 ``summarizer=NAME`` and configured by ``summarizer.OPTION=value``. Values stay strings here;
-:mod:`storage.options` converts them by declared type when the stack is built.
+:mod:`storage.config.options` converts them by declared type when the stack is built.
 
 Store URLs: ``memory://``; ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
 ``sqlite://:memory:`` (SQLAlchemy's form); ``jsonl://relative/dir``, ``jsonl:///absolute/dir``
@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from storage.config.redact import redact_text, redact_url, secrets_of_url
+from storage.config.spec import NESTED, ComponentSpec, StackSpec
 from storage.errors import ConfigError
-from storage.redact import redact_text, redact_url, secrets_of_url
-from storage.spec import NESTED, ComponentSpec, StackSpec
 
 __all__ = [
     "NO_LOCATION_SCHEMES",

@@ -13,11 +13,11 @@ and ``--json`` for machine output)::
     chatlayers delete --user U     erase a user (or one conversation with --session/--agent)
     chatlayers compact             compact a JSONL store's files
 
-This module parses the arguments, runs the command and renders its result; the work itself is
-in :mod:`storage.replay` and :mod:`storage.transfer`, the file format (read by ``replay`` and
-``import``, written by ``export``) in :mod:`storage.conversation_file`, and the rendering
-primitives (rich in a terminal, plain text when piped, JSON with ``--json``) in
-:mod:`storage.output`.
+This package's ``__init__`` parses the arguments, runs the command and renders its result;
+the work itself is in :mod:`storage.cli.replay` and :mod:`storage.cli.transfer`, the file
+format (read by ``replay`` and ``import``, written by ``export``) in
+:mod:`storage.cli.conversation_file`, and the rendering primitives (rich in a terminal, plain
+text when piped, JSON with ``--json``) in :mod:`storage.cli.output`.
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ from typing import Any, TextIO
 import anyio
 import attrs
 
-from storage.config import open_storage
-from storage.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
-from storage.errors import ChatStorageError, ConfigError
-from storage.listing import find_listable
-from storage.message import ChatKey, ChatMessage, check_key_part
-from storage.output import Output
-from storage.redact import redact_url
-from storage.replay import replay
-from storage.stack import Stack, describe_lines
-from storage.transfer import (
+from storage.cli.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
+from storage.cli.output import Output
+from storage.cli.replay import replay as replay_conversations
+from storage.cli.transfer import (
     collect_stats,
     export_conversations,
     import_conversations,
     require_listable,
 )
+from storage.config import open_storage
+from storage.config.redact import redact_url
+from storage.config.stack import Stack, describe_lines
+from storage.errors import ChatStorageError, ConfigError
+from storage.listing import find_listable
+from storage.message import ChatKey, ChatMessage, check_key_part
 
 __all__ = ["build_parser", "main"]
 
@@ -95,7 +95,7 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
     database = _database(stack)
     out.note(f"replaying {len(conversations)} conversations ({total} messages) into {database}")
     with out.progress("replaying", total) as advance:
-        report = await replay(
+        report = await replay_conversations(
             stack,
             conversations,
             fresh=args.fresh,

@@ -1,12 +1,12 @@
 """Build a ``StackSpec`` into a ``Stack``: resolve, convert, then construct inner first.
 
-Every name is resolved in the registry and every option converted (:mod:`storage.options`)
+Every name is resolved in the registry and every option converted (:mod:`storage.config.options`)
 before anything is constructed, so a bad option constructs nothing. Calling conventions are
-those of :mod:`storage.registry`: a store from a URL gets its path (``sqlite``, ``jsonl``),
+those of :mod:`storage.config.registry`: a store from a URL gets its path (``sqlite``, ``jsonl``),
 nothing (``memory``), or the URL itself (through ``from_url`` when it has one); a layer gets
 the component it wraps first. ``X_env`` options are read from the environment; ``*_file``
 options are relative to the config file's directory. Every error is a ``ChatStorageError``
-whose text holds no secret (:mod:`storage.redact`).
+whose text holds no secret (:mod:`storage.config.redact`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from storage.chain import (
+from storage.config.chain import (
     NO_LOCATION_SCHEMES,
     PATH_SCHEMES,
     has_location,
@@ -27,14 +27,14 @@ from storage.chain import (
     store_path,
     strip_query,
 )
+from storage.config.options import convert, declared_options, from_env
+from storage.config.redact import is_sensitive, scrubbed_error
+from storage.config.registry import Registry, did_you_mean
+from storage.config.registry import registry as default_registry
+from storage.config.spec import NESTED, ComponentSpec, StackSpec, component_from_table
+from storage.config.stack import Stack, describe_lines
 from storage.errors import ChatStorageError, ConfigError
-from storage.options import convert, declared_options, from_env
 from storage.protocol import PROTOCOL_METHODS, ChatStorage
-from storage.redact import is_sensitive, scrubbed_error
-from storage.registry import Registry, did_you_mean
-from storage.registry import registry as default_registry
-from storage.spec import NESTED, ComponentSpec, StackSpec, component_from_table
-from storage.stack import Stack, describe_lines
 
 __all__ = ["build"]
 

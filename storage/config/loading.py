@@ -1,14 +1,5 @@
 """Open a stack from a URL chain, a dict or a TOML/JSON file: ``open_storage``.
 
-The module map of stack configuration:
-
-- :mod:`storage.chain`: the URL-chain grammar (``summarize::scrub::sqlite:///chats.db``);
-- this module: the dict / TOML form, and where the configuration comes from;
-- :mod:`storage.spec`: the parsed form both give (``StackSpec``);
-- :mod:`storage.build`: building it (:mod:`storage.options` converts the option values,
-  :mod:`storage.redact` keeps secrets out of every message);
-- :mod:`storage.stack`: the result (``Stack``, ``describe``).
-
 The dict / TOML form (see README "Configuration" for the reference)::
 
     [store]
@@ -43,19 +34,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from storage.build import build
-from storage.chain import parse_store_url, parse_url
+from storage.config.build import build
+from storage.config.chain import parse_store_url, parse_url
+from storage.config.options import from_env
+from storage.config.registry import Registry, did_you_mean
+from storage.config.spec import ComponentSpec, StackSpec, component_from_table, nest_tables
+from storage.config.stack import Stack
 from storage.errors import ConfigError
-from storage.options import from_env
-from storage.registry import Registry, did_you_mean
-from storage.spec import ComponentSpec, StackSpec, component_from_table, nest_tables
-from storage.stack import Stack  # what open_storage returns, offered here too
 
 __all__ = [
     "DEFAULT_URL",
     "ENV_CONFIG",
     "ENV_URL",
-    "Stack",
     "load_config",
     "open_storage",
     "parse_config",

@@ -3,7 +3,7 @@
 Export and statistics read the raw record from the innermost store, which must be able to
 list its keys (:class:`storage.listing.ListableStorage`); import saves each conversation as
 one batch through the whole stack (so a scrubbing layer scrubs it). The file format is
-:mod:`storage.conversation_file`.
+:mod:`storage.cli.conversation_file`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import TextIO
 
 import attrs
 
+from storage.cli.conversation_file import Conversation, conversation_record
 from storage.codec import encode
-from storage.conversation_file import Conversation, conversation_record
+from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
 from storage.listing import ListableStorage, find_listable
 from storage.message import ChatKey, ChatMessage
-from storage.stack import Stack, describe_lines
 
 __all__ = [
     "Stats",

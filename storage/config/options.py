@@ -23,8 +23,8 @@ from typing import Any, Final, Union
 
 import attrs
 
+from storage.config.registry import import_target
 from storage.errors import ConfigError
-from storage.registry import import_target
 
 __all__ = ["Param", "convert", "declared_options", "from_env"]
 

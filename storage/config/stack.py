@@ -2,7 +2,7 @@
 
 Components are linked by their ``.inner`` attribute, outermost first; each describes itself
 in one line through its ``describe()`` method (else its class name is shown). Every line is
-redacted (:mod:`storage.redact`).
+redacted (:mod:`storage.config.redact`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from storage.config.redact import redact_text
 from storage.protocol import ChatStorage, ChatStorageWrapper
-from storage.redact import redact_text
 
 __all__ = ["Stack", "components", "describe", "describe_lines"]
 

@@ -1,12 +1,13 @@
 """Secrets kept out of every repr, log line, error and ``describe()`` output.
 
-A secret is a URL password (``redis://:PASSWORD@host``) or the value of an option or query
-parameter whose name says so (``secret``, ``password``, ``token``, ``api_key``, ...; not
-``X_env``, whose value only names an environment variable). Redaction replaces it by ``***``.
-Two complementary tools: :func:`redact_url` needs no knowledge of the secrets (it recognizes
-them by position), :func:`redact_text` also replaces the known secret strings wherever they
-appear (in a driver's message, say), found by :func:`secrets_of_url` and
-:func:`secrets_of_options`.
+A secret is a URL password (``redis://:PASSWORD@host``) or the value of an option, query
+parameter or keyword argument whose name says so (``secret``, ``password``, ``pass``, ``pwd``,
+``token``, ``key``, ``api_key``, ``auth``, ``credential``, ...; not ``X_env``, whose value
+only names an environment variable). Redaction replaces it by ``***``. Two complementary
+tools: :func:`redact_url` needs no knowledge of the secrets (it recognizes them by position),
+:func:`redact_text` also replaces the known secret strings wherever they appear (in a driver's
+message, say), found by :func:`secrets_of_url` and :func:`secrets_of_options`. The config
+machinery, the server stores and the LLM summarizer all redact with these functions.
 """
 
 from __future__ import annotations
@@ -31,14 +32,18 @@ __all__ = [
 ]
 
 REDACTED: Final = "***"
-_SENSITIVE = re.compile(r"secret|passw|pwd|token|api_?key|credential|^key$|_key$", re.I)
+# Errs towards hiding: a name that merely looks secret (``max_tokens``) is hidden too.
+_SENSITIVE = re.compile(
+    r"secret|passw|^pass$|pwd|token|api_?key|(?:^|_)key(?:_|$)|credential|auth", re.I
+)
 _URL_PASSWORD = re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/?#]*)@")
 _QUERY_PARAM = re.compile(r"""(?P<sep>[?&])(?P<key>[^=&?:\s]+)=(?P<value>[^&\s:'"(){}\[\],]*)""")
 
 
 def is_sensitive(name: str) -> bool:
-    """True for an option or query parameter name that holds a secret (``password``,
-    ``token``); false for ``X_env`` names, whose value is a variable name."""
+    """True for an option, query parameter or keyword name that holds a secret
+    (``password``, ``token``, ``aws_access_key_id``); false for ``X_env`` names, whose value
+    is a variable name."""
     return not name.endswith("_env") and bool(_SENSITIVE.search(name))
 
 

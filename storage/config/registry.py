@@ -91,7 +91,7 @@ BUILTINS: Final[dict[Kind, tuple[Entry, ...]]] = {
         _builtin("postgres", "storage.stores.postgres:PostgresChatStorage", "postgres", "asyncpg"),
     ),
     "layers": (
-        _builtin("scrub", "storage.registry:scrub_layer"),
+        _builtin("scrub", "storage.config.registry:scrub_layer"),
         _builtin("summarize", "storage.layers.summarizing:SummarizingChatStorage"),
         _builtin("transform", "storage.layers.transforming:TransformingChatStorage"),
     ),
