@@ -137,8 +137,8 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
         ("summaries made", report.summaries_made if report.summarizing else "no summarize layer"),
         ("raw history (messages)", report.raw_messages),
         ("model view (messages)", report.view_messages),
-        (f"raw history (tokens, {args.model})", report.raw_tokens),
-        (f"model view (tokens, {args.model})", report.view_tokens),
+        (f"raw history (tokens, {args.model})", _tokens(report.raw_tokens)),
+        (f"model view (tokens, {args.model})", _tokens(report.view_tokens)),
         ("fetches", len(report.fetch_seconds)),
         ("fetch p50", _ms(p50)),
         ("fetch p99", _ms(p99)),
@@ -149,6 +149,10 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
         "(erase a user with `chatlayers delete --user ID`)."
     )
     return 0
+
+
+def _tokens(count: int | None) -> int | str:
+    return "n/a (pip install 'chatlayers[llm]')" if count is None else count
 
 
 async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:

@@ -9,6 +9,7 @@ view in messages and tokens, and the fetch latencies.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter
@@ -18,7 +19,10 @@ import attrs
 
 from storage.cli.conversation_file import Conversation
 from storage.config.stack import Stack
+from storage.errors import ConfigError
 from storage.message import ChatMessage
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ReplayReport", "replay"]
 
@@ -125,9 +129,15 @@ async def replay(
 
 
 def _token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:
+    """A token counter, or ``None`` (sizes shown in messages only) when tiktoken's encoding
+    files are not on this machine: replay must work on a plain install without the ``llm``
+    extra, whose package ships them."""
+    from summarizers.tokens import count_tokens
+
     try:
-        from summarizers.tokens import count_tokens
-    except ImportError:
+        count_tokens([ChatMessage("user", "probe")], model=model)
+    except ConfigError as exc:
+        logger.warning("token counts unavailable: %s", exc)
         return None
 
     def count(messages: Sequence[ChatMessage]) -> int:
