@@ -12,6 +12,7 @@ the message was built in code. Stores put the sequence and key in their own colu
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
@@ -39,22 +40,52 @@ _loads = json.loads
 _fromiso = datetime.fromisoformat
 # Interned "present" sets: a handful of distinct key sets cover every real message.
 _PRESENT: dict[tuple[str, ...], frozenset[str]] = {}
+# And their JSON text for encoding.
+_PRESENT_JSON: dict[frozenset[str], str] = {}
+_HEAD: Final = f'{{"v":{FORMAT_VERSION},"id":'
+_quote = json.encoder.encode_basestring  # the C function JSONEncoder(ensure_ascii=False) uses
+
+
+_last_at: tuple[datetime | None, str] = (None, "")
+
+
+def _remember_at(at: datetime, iso: str) -> None:
+    global _last_at
+    _last_at = (at, iso)  # one tuple: readers on other threads see a matching pair
 
 
 def encode(message: ChatMessage) -> str:
     """The record of a validated message whose ``created_at`` is set (one line, no newline)."""
-    assert message.created_at is not None
-    record: dict[str, Any] = {
-        "v": FORMAT_VERSION,
-        "id": message.id,
-        "at": message.created_at.isoformat(),
-        "m": message.to_openai(),
-    }
+    at = message.created_at
+    assert at is not None
+    last = _last_at
+    if last[0] is at:  # a batch shares one timestamp; isoformat costs ~1 µs
+        iso = last[1]
+    else:
+        iso = at.isoformat()
+        _remember_at(at, iso)
+    # Assembled by hand: the same text as dumping the record dict (same keys, order and
+    # separators), but only the OpenAI message goes through the encoder (~2 µs less a message).
+    parts = [
+        _HEAD,
+        _quote(message.id),
+        ',"at":"',
+        iso,  # digits, '-', ':', '.', '+': nothing to escape
+        '","m":',
+        _dumps(message.to_openai()),
+    ]
     if message.metadata:
-        record["md"] = thaw(message.metadata)
-    if message.present is not None:
-        record["p"] = sorted(message.present)
-    return _dumps(record)
+        parts += [',"md":', _dumps(thaw(message.metadata))]
+    present = message.present
+    if present is not None:
+        p = _PRESENT_JSON.get(present)
+        if p is None:
+            p = _dumps(sorted(present))
+            if len(_PRESENT_JSON) < 64:  # subsets of the five named fields: 32 at most
+                _PRESENT_JSON[present] = p
+        parts += [',"p":', p]
+    parts.append("}")
+    return "".join(parts)
 
 
 def decode(text: str | bytes) -> ChatMessage:

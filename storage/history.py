@@ -19,6 +19,7 @@ from storage.message import ROLES, ChatMessage, ToolCall
 
 __all__ = [
     "check_tool_pairs",
+    "drop_orphaned_results",
     "last_turns_start",
     "safe_window",
     "split_turns",
@@ -228,11 +229,23 @@ def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
         if limit < 0:
             raise ValueError(f"limit must be >= 0 or None, got {limit}")
         return []
-    start = max(len(messages) - limit, 0)
     end = len(messages)
+    start = max(end - limit, 0)
     while start < end and messages[start].role == "tool":
         start += 1
-    return list(messages[start:])
+    window = messages[start:]
+    return window if type(window) is list else list(window)  # a list slice is a new list
+
+
+def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:
+    """``window`` (the newest messages a store read, oldest first) without its leading ``tool``
+    results, whose calls lie outside it: the rule of :func:`safe_window` for stores that read
+    only the newest ``limit`` rows. Returns ``window`` itself when nothing is dropped."""
+    start = 0
+    end = len(window)
+    while start < end and window[start].role == "tool":
+        start += 1
+    return window[start:] if start else window
 
 
 def split_turns(

@@ -261,7 +261,8 @@ class ChatMessage:
         return {"role": self.role, "content": blocks}
 
 
-@attrs.frozen(slots=True)
+# cache_hash: layers look a key up in dicts several times per call (buffers, locks).
+@attrs.frozen(slots=True, cache_hash=True)
 class ChatKey:
     """Which conversation: ``(user_id, session_id, agent_id)``, three non-empty strings.
 
@@ -390,3 +391,22 @@ def _trusted_tool_call(id: str, name: str, arguments: str, type: str) -> ToolCal
     _set_call_arguments(c, arguments)
     _set_call_type(c, type)
     return c
+
+
+def _with_created_at(message: ChatMessage, created_at: datetime) -> ChatMessage:
+    """``attrs.evolve(message, created_at=created_at)`` without re-running the converters.
+
+    Every field of ``message`` is already in stored form; about 4x faster than ``evolve``.
+    """
+    return _trusted_message(
+        message.role,
+        message.content,
+        message.tool_calls,
+        message.tool_call_id,
+        message.name,
+        message.id,
+        created_at,
+        message.metadata,
+        message.extra,
+        message.present,
+    )

@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-import attrs
-
 from storage.errors import InvalidMessageError
 from storage.history import validate_message
-from storage.message import ChatMessage
+from storage.message import ChatMessage, _with_created_at
 
 __all__ = ["prepare_batch"]
 
@@ -21,7 +19,9 @@ def prepare_batch(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     Raises:
         InvalidMessageError: any message breaks a rule (its index is named); nothing is stored.
     """
-    if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Sequence):
+    if type(messages) is not list and (
+        isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Sequence)
+    ):
         raise InvalidMessageError(
             f"save_messages expects a sequence of ChatMessage, got {type(messages).__name__}"
         )
@@ -36,6 +36,6 @@ def prepare_batch(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         if message.created_at is None:
             if now is None:
                 now = datetime.now(UTC)
-            message = attrs.evolve(message, created_at=now)
+            message = _with_created_at(message, now)
         out.append(message)
     return out

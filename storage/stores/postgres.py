@@ -34,6 +34,7 @@ import sniffio
 from storage.codec import decode, encode
 from storage.config.redact import redact_text, redact_url, secrets_of_url
 from storage.errors import ConfigError, InvalidKeyError, StorageUnavailableError
+from storage.history import drop_orphaned_results
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.base import prepare_batch
@@ -382,10 +383,7 @@ class PostgresChatStorage(AsyncContextMixin):
             return [decode(row[0]) for row in rows]
         rows.reverse()
         out = [decode(row[0]) for row in rows]
-        start = 0
-        while start < len(out) and out[start].role == "tool":
-            start += 1
-        return out[start:] if start else out
+        return drop_orphaned_results(out)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
         """Every agent's messages of the session, ordered by ``created_at`` then ``seq``.

@@ -45,6 +45,7 @@ from storage.errors import (
     InvalidKeyError,
     StorageUnavailableError,
 )
+from storage.history import drop_orphaned_results
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.base import prepare_batch
@@ -415,10 +416,7 @@ class RedisChatStorage(AsyncContextMixin):
         out = [decode(_record(raw)) for raw in rows]
         if limit is None:
             return out
-        first = 0
-        while first < len(out) and out[first].role == "tool":
-            first += 1
-        return out[first:] if first else out
+        return drop_orphaned_results(out)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
         """Every agent's messages of the session (one atomic script), by created_at then seq.

@@ -23,6 +23,7 @@ from typing import Final, Literal
 
 from storage.codec import DecodeCache, decode, encode
 from storage.errors import StorageUnavailableError
+from storage.history import drop_orphaned_results
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.base import prepare_batch
@@ -182,7 +183,8 @@ class SQLiteChatStorage(AsyncContextMixin):
                     conn.execute("BEGIN IMMEDIATE")
                     execute = conn.execute
                     stored = [
-                        m for m, row in zip(batch, rows, strict=True)
+                        m
+                        for m, row in zip(batch, rows, strict=True)
                         if execute(_INSERT, row).rowcount
                     ]
                 conn.execute("COMMIT")
@@ -223,10 +225,7 @@ class SQLiteChatStorage(AsyncContextMixin):
                 out = self._window(seqs, params, limit)
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
-        start = 0
-        while start < len(out) and out[start].role == "tool":
-            start += 1
-        return out[start:] if start else out
+        return drop_orphaned_results(out)
 
     def _window(
         self, seqs: list[tuple[int]], params: tuple[str, str, str], limit: int

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
+from storage.history import drop_orphaned_results
 from storage.message import AgentMessage, ChatMessage
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ
@@ -167,10 +168,7 @@ def tail_messages(path: str, lock_path: str, limit: int, cache: LineCache) -> li
     if skipped:
         _report(path, lock_path, skipped, tail_start if tail_start >= 0 else 0)
     out.reverse()
-    start_at = 0
-    while start_at < len(out) and out[start_at].role == "tool":
-        start_at += 1
-    return out[start_at:] if start_at else out
+    return drop_orphaned_results(out)
 
 
 def merge_session(
