@@ -46,12 +46,12 @@ def steps() -> list[Step]:
         ("save", "`datetime.now(UTC)` (one per batch)", lambda: [datetime.now(UTC) for _ in built]),
         (
             "save",
-            "`attrs.evolve(m, created_at=now)` (in `prepare_batch`)",
+            "`attrs.evolve(m, created_at=now)` (for comparison)",
             lambda: [attrs.evolve(m, created_at=now) for m in built],
         ),
         (
             "save",
-            "`_with_created_at(m, now)` (the proposed replacement)",
+            "`_with_created_at(m, now)` (what `prepare_batch` uses)",
             lambda: [_with_created_at(m, now) for m in built],
         ),
         ("save", "`codec.encode` (record JSON)", lambda: [encode(m) for m in stamped]),

@@ -69,11 +69,11 @@ NOTES = [
     "histories grow (about 1-1.6× at 10,000). A floor for them would be the raw driver call.",
     "- **Single appends at `synchronous=normal`.** The floor dumps the OpenAI dict and "
     "inserts it (~20-40 µs). A save adds `prepare_batch` (in `storage/stores/base.py`: "
-    "validation, `datetime.now`, and `attrs.evolve` to stamp `created_at`, the largest part) "
-    "and the record envelope (id, timestamp, present fields) in `codec.encode`; the table "
-    '"Per-message cost of the steps" has each part, about 10 µs together. The proposed '
-    "`_with_created_at` removes about 2 µs of it. With fsync (`synchronous=full`) the commit "
-    "dominates and the ratio is about 1.1-1.25×.",
+    "validation, `datetime.now`, and `_with_created_at` to stamp `created_at`), the "
+    "record envelope (id, timestamp, present fields) in `codec.encode` and the unique index "
+    'on the message id that makes retries idempotent; the table "Per-message cost of the '
+    'steps" has each part. With fsync (`synchronous=full`) the commit dominates and the '
+    "ratio is about 1.1-1.25×.",
     "- **Batch appends.** The same per-message work, 100 times; at 10,000+ messages the "
     "floor slows too (deeper index B-trees).",
     "- **OpenAI Agents `SQLiteSession` batch appends** are faster than ours: it validates "
