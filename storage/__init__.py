@@ -15,8 +15,7 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from storage.errors import (
     ChatStorageError,
@@ -27,6 +26,7 @@ from storage.errors import (
     StorageUnavailableError,
     SummarizerError,
 )
+from storage.lazy import lazy_exports
 from storage.message import AgentMessage, ChatKey, ChatMessage, ToolCall
 
 if TYPE_CHECKING:
@@ -86,15 +86,4 @@ _LAZY = {
     "validate_history": "storage.history",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'storage' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -14,10 +14,10 @@ the extra to install.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from storage.errors import ConfigError
+from storage.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from storage.adapters.agent_squad import AgentSquadChatStorage
@@ -56,14 +56,4 @@ def missing_extra(framework: str, extra: str, exc: ImportError) -> MissingExtraE
     return error
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'storage.adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
