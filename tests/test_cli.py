@@ -165,7 +165,7 @@ def test_replay_refuses_a_bad_file_before_writing(
     code, _, err = run(capsys, "replay", "--url", f"sqlite:///{db}", str(bad))
     assert code == 1
     assert f"{bad}:2: message 0: unknown role 'robot'" in err
-    assert rows(db) == 0
+    assert not db.exists()  # refused before the store was even opened
 
 
 def test_message_ids_are_deterministic() -> None:
@@ -400,9 +400,10 @@ def test_import_refused_whole_on_first_bad_line(
     assert code == 1
     assert out == ""
     assert f"{bad}:3: message 3: tool result 'call_nowhere'" in err
-    assert rows(db) == 0  # nothing imported
-    stats = run_json(capsys, "stats", "--url", f"sqlite:///{db}")
-    assert stats["messages"] == 0
+    assert not db.exists()  # nothing imported: the store was never even opened
+    code, _, err = run(capsys, "stats", "--url", f"sqlite:///{db}")
+    assert code == 1
+    assert "no SQLite database" in err  # read-only commands never create an empty one
 
 
 def test_import_bad_json_and_bad_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

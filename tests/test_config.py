@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -370,6 +371,12 @@ def test_env_url_then_config_then_default(tmp_path: Path, monkeypatch: pytest.Mo
         "TransformingChatStorage",
         "SQLiteChatStorage",
     ]
+    # the default database is in the working directory, opened (created) on first use
+    base = stack.base
+    assert isinstance(base, SQLiteChatStorage)
+    assert (tmp_path / base.path).resolve() == (tmp_path / "chatlayers.db").resolve()
+    assert not (tmp_path / "chatlayers.db").exists()
+    anyio.run(base.fetch, ChatKey("u", "s", "a"))
     assert (tmp_path / "chatlayers.db").exists()
 
     monkeypatch.setenv("CHATLAYERS_URL", "summarize::memory://")
@@ -442,8 +449,9 @@ def test_describe_walks_the_stack_outermost_first(tmp_path: Path) -> None:
 
 def test_storage_unavailable_is_not_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "not-a-db").write_text("garbage " * 1000)
-    with pytest.raises(StorageUnavailableError):
-        open_storage(f"sqlite:///{tmp_path}/not-a-db")
+    stack = open_storage(f"sqlite:///{tmp_path}/not-a-db")  # opened on first use
+    with pytest.raises(StorageUnavailableError, match="not-a-db"):
+        anyio.run(stack.fetch, ChatKey("u", "s", "a"))
 
 
 def test_custom_registry_is_used() -> None:
@@ -601,3 +609,11 @@ def test_any_password_is_redacted(password: str) -> None:
         assert f":{password}@" not in text
         assert f":{quoted}@" not in text
         assert "user:***@" in text
+
+
+def test_short_secrets_redacted_as_tokens_without_garbling_text() -> None:
+    text = "SummarizingChatStorage(table=public.chat_messages) password a rejected"
+    assert redact_text(text, ["a"]) == (
+        "SummarizingChatStorage(table=public.chat_messages) password *** rejected"
+    )
+    assert redact_text("token=s3cret-value-1234;", ["s3cret-value-1234"]) == "token=***;"

@@ -43,6 +43,7 @@ from storage.cli.transfer import (
     require_listable,
 )
 from storage.config import open_storage
+from storage.config.loading import to_spec
 from storage.config.redact import redact_url
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ChatStorageError, ConfigError
@@ -394,11 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that only read: they must not create an empty SQLite file at a mistyped path.
+_READ_ONLY = frozenset({"show", "stats", "export", "delete"})
+
+
 def _open(args: argparse.Namespace) -> Stack:
     url, config = getattr(args, "url", None), getattr(args, "config", None)
     if url and config:
         raise ConfigError("give --url or --config, not both")
-    return open_storage(url or (Path(config) if config else None))
+    spec = to_spec(url or (Path(config) if config else None))
+    if args.command in _READ_ONLY and spec.store.name == "sqlite":
+        spec.store.options.setdefault("create", False)
+    return open_storage(spec)
 
 
 async def _run(args: argparse.Namespace, out: Output) -> int:
@@ -434,6 +442,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("chatlayers: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as Unix tools do. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

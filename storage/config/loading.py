@@ -84,12 +84,18 @@ def open_storage(
         ConfigError: both environment variables set; an unknown name ("did you mean ..."); a
             missing optional driver (``pip install 'chatlayers[redis]'``); a bad option (the
             component, option and allowed values named). Passwords are redacted.
-        StorageUnavailableError: a file store cannot open its file.
+        StorageUnavailableError: a file store cannot create its directory (SQLite opens its
+            file on first use, and raises it then).
     """
-    return build(_to_spec(spec), registry=registry)
+    return build(to_spec(spec), registry=registry)
 
 
-def _to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None) -> StackSpec:
+def to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None) -> StackSpec:
+    """The unbuilt stack that :func:`open_storage` would build from ``spec`` (same rules).
+
+    Raises:
+        ConfigError: as :func:`open_storage`, for everything found before building.
+    """
     if spec is None:
         url = os.environ.get(ENV_URL)
         config = os.environ.get(ENV_CONFIG)

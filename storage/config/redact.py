@@ -64,9 +64,18 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with URL passwords redacted and every string of ``secrets`` replaced by ``***``."""
+    """``text`` with URL passwords redacted and every string of ``secrets`` replaced by ``***``.
+
+    A secret shorter than 8 characters is replaced only where it stands as a whole token (not
+    inside a longer word): replacing every ``a`` of a one-letter password would garble the
+    text and spell out where the secret's characters are.
+    """
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+        if len(secret) >= 8:
+            text = text.replace(secret, REDACTED)
+        else:
+            pattern = rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])"
+            text = re.sub(pattern, REDACTED, text)
     return redact_url(text)
 
 

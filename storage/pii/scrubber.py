@@ -101,13 +101,19 @@ def _load_secret(secret: str | bytes | None) -> tuple[bytes, str]:
     env = os.environ.get(SECRET_ENV)
     if env:
         return env.encode("utf-8"), SECRET_ENV
+    return _PROCESS_SECRET, _RANDOM
+
+
+_RANDOM = "random per-process"
+
+
+def _warn_random_secret() -> None:
     warnings.warn(
         f"PIIScrubber: no secret given and {SECRET_ENV} is not set; using a random "
         "per-process secret, so placeholders will not be stable across restarts",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
-    return _PROCESS_SECRET, "random per-process"
 
 
 def _check_entity(name: object, what: str) -> str:
@@ -190,6 +196,8 @@ class PIIScrubber:
         recognizer: EntityRecognizer | None = None,
     ) -> None:
         self._secret, self._secret_source = _load_secret(secret)
+        # Warned on the first scrub, not here: a stack built only to read must stay quiet.
+        self._warn_random = self._secret_source == _RANDOM
         if mode not in get_args(Mode):
             raise ConfigError(f"PII mode must be 'redact' or 'mask', got {mode!r}")
         self.mode: Mode = mode
@@ -317,6 +325,9 @@ class PIIScrubber:
             if len(self._hashers) >= _MAX_HASHERS:
                 self._hashers.clear()  # a cache of HMAC states only: dropping it is harmless
             hasher = self._hashers[key] = KeyedHasher(self._secret, key)
+            if self._warn_random:
+                self._warn_random = False
+                _warn_random_secret()
         return _Run(self, hasher, self._known_values(key))
 
     def _find(self, text: str, known: KnownValues | None) -> list[Detection]:

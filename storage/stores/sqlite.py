@@ -84,7 +84,9 @@ class SQLiteChatStorage(AsyncContextMixin):
     """One table of message records, ordered by an autoincrement sequence.
 
     Args:
-        path: database file, or ``":memory:"``. Parent directories are created.
+        path: database file, or ``":memory:"``. Opened on first use (constructing a store
+            touches no file); a new file is created with mode 0600 and missing parent
+            directories with 0700, since chat history holds personal data.
         synchronous: SQLite's ``PRAGMA synchronous``. ``"normal"`` (default) with WAL survives
             a process crash (kill -9) but may lose the last commits on power loss; ``"full"``
             fsyncs the WAL on every commit (durable against power loss, slower appends).
@@ -92,9 +94,13 @@ class SQLiteChatStorage(AsyncContextMixin):
         cache_chars: budget of the decoded-message cache in characters of record text
             (default 32 Mi, roughly 30-60 MB of memory when full); 0 disables it, making
             every fetch decode every record.
+        create: create the database when the file does not exist (default); with ``False``
+            a missing file is an error (the CLI's read-only commands use this, so a mistyped
+            path is not mistaken for an empty database).
 
     Raises:
-        StorageUnavailableError: the file cannot be opened or is not a SQLite database.
+        StorageUnavailableError: on first use, the file cannot be opened, is not a SQLite
+            database, or does not exist and ``create`` is false; on any call after ``aclose``.
     """
 
     def __init__(
@@ -104,29 +110,52 @@ class SQLiteChatStorage(AsyncContextMixin):
         synchronous: Synchronous = "normal",
         busy_timeout: float = 5.0,
         cache_chars: int = _DEFAULT_CACHE_CHARS,
+        create: bool = True,
     ) -> None:
         self.path = str(path)
         self._cache = DecodeCache(cache_chars)
         self.synchronous = synchronous
         if synchronous not in ("off", "normal", "full", "extra"):
             raise ValueError(f"synchronous must be off, normal, full or extra, not {synchronous!r}")
+        self.busy_timeout = busy_timeout
+        self.create = create
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        # Opened on first use: building a stack (``chatlayers stack``) touches no file.
+        db = self._db
+        return db if db is not None else self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StorageUnavailableError(f"SQLite database {self.path!r} is closed")
+        on_disk = self.path != ":memory:" and not self.path.startswith("file:")
         try:
-            if self.path != ":memory:" and not self.path.startswith("file:"):
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            if on_disk and not os.path.exists(self.path):
+                if not self.create:
+                    raise StorageUnavailableError(
+                        f"no SQLite database at {self.path!r} (create=False)"
+                    )
+                Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                # Chat history holds personal data: owner-only, like the JSONL store's files.
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, cached_statements=64
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._conn = conn
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            self._db = conn
             self._migrate()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
+            self._db = None
             raise StorageUnavailableError(
                 f"cannot open SQLite database {self.path!r}: {exc}"
             ) from exc
-        self._closed = False
+        return conn
 
     def _migrate(self) -> None:
         conn = self._conn
@@ -322,7 +351,9 @@ class SQLiteChatStorage(AsyncContextMixin):
         if not self._closed:
             self._closed = True
             self._cache.clear()
-            self._conn.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def describe(self) -> str:
         return f"sqlite:///{self.path} (synchronous={self.synchronous})"
