@@ -239,7 +239,11 @@ def test_show_finds_the_user_from_the_session(
     assert view["user_id"] == user
     code, _, err = run(capsys, "show", "--url", default_url(tau_db), "--session", "nope")
     assert code == 1
-    assert "--user is needed" in err
+    assert "no conversation is stored in session 'nope'" in err
+    url = default_url(tau_db)
+    code, _, err = run(capsys, "show", "--url", url, "--session", session, "--agent", "bogus")
+    assert code == 1
+    assert f"session {session!r} has no agent 'bogus'; its agents: 'assistant'" in err
 
 
 def test_show_scrubbed_raw_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -160,12 +160,19 @@ async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     user_id = args.user
     if user_id is None:
         keys = await require_listable(stack).list_keys(None, args.session)
+        if not keys:
+            raise ConfigError(f"no conversation is stored in session {args.session!r}")
         users = sorted({k.user_id for k in keys if k.agent_id == args.agent})
-        if len(users) != 1:
-            found = ", ".join(repr(u) for u in users) or "none"
+        if not users:
+            agents = ", ".join(sorted({repr(k.agent_id) for k in keys}))
+            raise ConfigError(
+                f"session {args.session!r} has no agent {args.agent!r}; its agents: {agents}"
+            )
+        if len(users) > 1:
+            found = ", ".join(repr(u) for u in users)
             raise ConfigError(
                 f"--user is needed: session {args.session!r} (agent {args.agent!r}) has "
-                f"users: {found}"
+                f"several users: {found}"
             )
         user_id = users[0]
     key = ChatKey(user_id, args.session, args.agent)
