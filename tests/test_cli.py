@@ -623,3 +623,25 @@ def test_percentiles_are_nearest_rank() -> None:
     assert report.percentile(0.99) == 99.0
     assert report.percentile(1.0) == 100.0
     assert ReplayReport().percentile(0.5) is None
+
+
+def test_closed_pipe_ends_quietly(tau_db: Path) -> None:
+    """``chatlayers export | head -c 100``: the reader leaves early, no traceback."""
+    script = Path(sys.executable).with_name("chatlayers")
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "import sys; from storage.cli import main; sys.exit(main())"]
+    )
+    proc = subprocess.Popen(
+        [*command, "export", "--url", f"sqlite:///{tau_db}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    assert proc.stdout.read(100)
+    proc.stdout.close()  # like `head` exiting
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err
