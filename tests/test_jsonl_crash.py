@@ -263,7 +263,9 @@ async def test_compact_all_and_other_instances_notice(tmp_path: Path) -> None:
     compactor = JsonlChatStorage(tmp_path)
     results = await compactor.compact_all()
     assert sorted((Path(r.path).name, r.kept, r.dropped) for r in results) == [
-        ("a.jsonl", 2, 1), ("b.jsonl", 2, 1), ("c.jsonl", 2, 1)
+        ("a.jsonl", 2, 1),
+        ("b.jsonl", 2, 1),
+        ("c.jsonl", 2, 1),
     ]
     for key in keys:
         # The writer's cached view of the file is stale: it must notice the new file.
@@ -347,7 +349,7 @@ async def test_sigkill_mid_loop_loses_nothing_acknowledged(tmp_path: Path) -> No
                 n = int(name.split("-b")[1])
                 assert len(members) == 1 + n % 5, name
             tail = await store.fetch(KEY, limit=7)
-            assert tail == fetched[-len(tail):]
+            assert tail == fetched[-len(tail) :]
             assert len(await store.save(KEY, ChatMessage("user", f"r{round_no}-after-0"))) == 1
 
 

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.anyio
 def anyio_backend() -> str:
     return "asyncio"  # the checks run here; the workers themselves run on asyncio and trio
 
+
 REPO = Path(__file__).resolve().parents[1]
 PROCESSES = 4
 APPENDS = 500

@@ -115,9 +115,7 @@ async def test_limit_reads_only_the_tail(tmp_path: Path, caplog: pytest.LogCaptu
 async def test_long_lines_and_windows(tmp_path: Path) -> None:
     big = "x" * 3_000_000
     async with JsonlChatStorage(tmp_path, cache_bytes=1024) as store:
-        await store.save_messages(
-            KEY, [ChatMessage("user", t) for t in ("first", big, "last")]
-        )
+        await store.save_messages(KEY, [ChatMessage("user", t) for t in ("first", big, "last")])
         assert texts(await store.fetch(KEY, limit=1)) == ["last"]
         assert [len(t) for t in texts(await store.fetch(KEY, limit=2))] == [len(big), 4]
         assert texts(await store.fetch(KEY, limit=300))[0] == "first"
