@@ -93,11 +93,23 @@ async def tail_table(workdir: Path, rounds: int, budget: float) -> list[str]:
         def hop(p: str = path, lock: str = lock) -> object:
             return anyio.to_thread.run_sync(tail_messages, p, lock, LIMIT, no_cache)
 
+        def floor(p: str = path) -> object:
+            return floor_read(p)
+
+        def floor_codec(p: str = path) -> object:
+            return floor_read(p, decoder=decode)
+
+        def fetch_warm(s: JsonlChatStorage = warm) -> object:
+            return s.fetch(KEY, limit=LIMIT)
+
+        def fetch_cold(s: JsonlChatStorage = cold) -> object:
+            return s.fetch(KEY, limit=LIMIT)
+
         contenders = [
-            Contender("floor", lambda p=path: floor_read(p), False),
-            Contender("floor+codec", lambda p=path: floor_read(p, decoder=decode), False),
-            Contender("warm", lambda s=warm: s.fetch(KEY, limit=LIMIT), True),
-            Contender("cold", lambda s=cold: s.fetch(KEY, limit=LIMIT), True),
+            Contender("floor", floor, False),
+            Contender("floor+codec", floor_codec, False),
+            Contender("warm", fetch_warm, True),
+            Contender("cold", fetch_cold, True),
             Contender("hop", hop, True),
         ]
         await interleaved(contenders, rounds=rounds, round_budget_s=budget, max_calls=2000)
@@ -118,7 +130,7 @@ async def append_table(workdir: Path, rounds: int, budget: float) -> list[str]:
     ]
     source = history(5000)
     for policy in ("never", "batch", "always"):
-        store = JsonlChatStorage(workdir / f"append-{policy}", fsync=policy)  # type: ignore[arg-type]
+        store = JsonlChatStorage(workdir / f"append-{policy}", fsync=policy)
 
         counter = itertools.count()
 

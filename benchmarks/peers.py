@@ -77,7 +77,30 @@ def _lc_messages(wires: list[Wire]) -> list[Any]:
     )
 
 
-class LangChainSQL(Subject):
+class _LangChainHistory(Subject):
+    """What both LangChain histories share: message conversion, reads and appends through a
+    ``BaseChatMessageHistory`` returned by ``_h(key)``."""
+
+    def _h(self, key: str) -> Any:
+        raise NotImplementedError
+
+    def native(self, wire: Wire) -> Any:
+        return _lc_messages([wire])[0]
+
+    def fetch_op(self, key: str, limit: int | None) -> Op:
+        h = self._h(key)
+        if limit is None:
+            return lambda: h.messages
+        return lambda: h.messages[-limit:]
+
+    def _append(self, key: str, item: Any) -> Any:
+        return self._h(key).add_message(item)
+
+    def _append_many(self, key: str, items: list[Any]) -> Any:
+        return self._h(key).add_messages(items)
+
+
+class LangChainSQL(_LangChainHistory):
     counterpart = "chatlayers sqlite"
     durable = True  # SQLite's default synchronous=full: each commit fsyncs
     name = "LangChain SQLChatMessageHistory"
@@ -105,27 +128,12 @@ class LangChainSQL(Subject):
     async def close(self) -> None:
         self.engine.dispose()
 
-    def native(self, wire: Wire) -> Any:
-        return _lc_messages([wire])[0]
-
     async def load(self, key: str, wires: list[Wire]) -> None:
         for i in range(0, len(wires), LOAD_CHUNK):
             self._h(key).add_messages(_lc_messages(wires[i : i + LOAD_CHUNK]))
 
-    def fetch_op(self, key: str, limit: int | None) -> Op:
-        h = self._h(key)
-        if limit is None:
-            return lambda: h.messages
-        return lambda: h.messages[-limit:]
 
-    def _append(self, key: str, item: Any) -> Any:
-        return self._h(key).add_message(item)
-
-    def _append_many(self, key: str, items: list[Any]) -> Any:
-        return self._h(key).add_messages(items)
-
-
-class LangChainFile(Subject):
+class LangChainFile(_LangChainHistory):
     counterpart = "chatlayers jsonl"
     name = "LangChain FileChatMessageHistory"
     is_async = False
@@ -154,9 +162,6 @@ class LangChainFile(Subject):
             )
         return h
 
-    def native(self, wire: Wire) -> Any:
-        return _lc_messages([wire])[0]
-
     async def load(self, key: str, wires: list[Wire]) -> None:
         from langchain_core.messages import messages_to_dict
 
@@ -164,18 +169,6 @@ class LangChainFile(Subject):
         existing = messages_to_dict(h.messages)
         existing.extend(messages_to_dict(_lc_messages(wires)))
         Path(h.file_path).write_text(json.dumps(existing, ensure_ascii=h.ensure_ascii))  # noqa: ASYNC240
-
-    def fetch_op(self, key: str, limit: int | None) -> Op:
-        h = self._h(key)
-        if limit is None:
-            return lambda: h.messages
-        return lambda: h.messages[-limit:]
-
-    def _append(self, key: str, item: Any) -> Any:
-        return self._h(key).add_message(item)
-
-    def _append_many(self, key: str, items: list[Any]) -> Any:
-        return self._h(key).add_messages(items)
 
 
 def _squad_message(wire: Wire) -> Any:
