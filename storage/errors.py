@@ -4,7 +4,10 @@
 ChatStorageError
 ├── InvalidMessageError      a message (or loaded history) breaks a rule; nothing was stored
 ├── InvalidKeyError          a ChatKey part is empty, not a string, or holds NUL
+├── InvalidArgumentError     another argument is wrong: a negative limit, a malformed cursor
+├── ConflictError            a conditional write lost: someone wrote since (nothing stored)
 ├── StorageUnavailableError  the store's server or file cannot be reached (password redacted)
+│   └── SchemaVersionError   the database was written by a newer chatlayers (never written)
 ├── CorruptRecordError       a stored record cannot be decoded
 ├── SummarizerError          a summarizer raised, timed out or returned a bad history
 └── ConfigError              a stack cannot be built from the given URL, dict or TOML
@@ -19,9 +22,12 @@ from __future__ import annotations
 __all__ = [
     "ChatStorageError",
     "ConfigError",
+    "ConflictError",
     "CorruptRecordError",
+    "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidMessageError",
+    "SchemaVersionError",
     "StorageUnavailableError",
     "SummarizerError",
 ]
@@ -42,8 +48,23 @@ class InvalidKeyError(ChatStorageError, ValueError):
     """A ``ChatKey`` part (user_id, session_id, agent_id) is not a non-empty string without NUL."""
 
 
+class InvalidArgumentError(ChatStorageError, ValueError):
+    """An argument other than a key or a message is invalid (``limit``, a cursor, a query)."""
+
+
+class ConflictError(ChatStorageError):
+    """A conditional write found the record changed since the caller read its version.
+
+    Nothing was stored; read the key again and retry.
+    """
+
+
 class StorageUnavailableError(ChatStorageError):
     """The backing server or file cannot be reached; the URL's password is redacted."""
+
+
+class SchemaVersionError(StorageUnavailableError):
+    """The database's schema version is newer than this release knows; it is never written."""
 
 
 class CorruptRecordError(ChatStorageError):

@@ -15,10 +15,11 @@ from typing import Any
 import attrs
 
 from storage.errors import InvalidMessageError
-from storage.message import ROLES, ChatMessage, ToolCall
+from storage.message import ROLES, ChatMessage, ToolCall, _with_created_at
 
 __all__ = [
     "check_tool_pairs",
+    "prepare_batch",
     "drop_orphaned_results",
     "last_turns_start",
     "safe_window",
@@ -282,3 +283,32 @@ def last_turns_start(messages: Sequence[ChatMessage], keep_last: int) -> int:
             if seen == keep_last:
                 return index
     return 0
+
+
+def prepare_batch(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """Validate every message, set a missing ``created_at`` (one UTC ``now`` per batch) and drop
+    repeats of an id within the batch (the first wins).
+
+    Raises:
+        InvalidMessageError: any message breaks a rule (its index is named); nothing is stored.
+    """
+    if type(messages) is not list and (
+        isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Sequence)
+    ):
+        raise InvalidMessageError(
+            f"save_messages expects a sequence of ChatMessage, got {type(messages).__name__}"
+        )
+    now: datetime | None = None
+    out: list[ChatMessage] = []
+    seen: set[str] = set()
+    for index, message in enumerate(messages):
+        message = validate_message(message, index)
+        if message.id in seen:
+            continue
+        seen.add(message.id)
+        if message.created_at is None:
+            if now is None:
+                now = datetime.now(UTC)
+            message = _with_created_at(message, now)
+        out.append(message)
+    return out

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from storage.abilities import ForwardListing
 from storage.message import AgentMessage, ChatKey, ChatMessage
 
 __all__ = ["PROTOCOL_METHODS", "ChatStorage", "ChatStorageWrapper"]
@@ -104,8 +105,12 @@ class AsyncContextMixin:
         await self.aclose()
 
 
-class ChatStorageWrapper(AsyncContextMixin):
+class ChatStorageWrapper(ForwardListing, AsyncContextMixin):
     """Base class of every layer: holds ``inner`` and forwards each protocol method to it.
+
+    It forwards listing too (keys are never transformed); every other optional ability
+    (``storage.abilities``) a layer must opt into with its ``Forward*`` mixin, so an ability a
+    layer does not know can never bypass it.
 
     Args:
         inner: the store or layer this one wraps.

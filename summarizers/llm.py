@@ -24,7 +24,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from storage.config.redact import redact_options
+from storage.redact import redact_options
 from storage.errors import ConfigError, SummarizerError
 from storage.message import ChatMessage
 from summarizers.extractive import SUMMARY_ROLES

@@ -534,7 +534,7 @@ class UnlistedStore(AsyncContextMixin):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._store = InMemoryChatStorage()  # held privately: find_listable must not see it
+        self._store = InMemoryChatStorage()  # held privately: find_ability must not see it
 
     def describe(self) -> str:
         return self.url  # the password too: the stack's redaction must hide it

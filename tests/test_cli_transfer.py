@@ -15,7 +15,7 @@ from storage.cli.transfer import collect_stats, export_conversations, import_con
 from storage.config import open_storage
 from storage.config.stack import Stack
 from storage.errors import ConfigError
-from storage.listing import ListableStorage, find_listable
+from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey
 from tests.test_cli import UnlistedStore
 
@@ -86,7 +86,7 @@ def tricky_file(path: Path) -> Path:
 
 
 async def keys_of(stack: Stack) -> list[ChatKey]:
-    listable = find_listable(stack)
+    listable = find_ability(stack, ListableStorage)
     assert isinstance(listable, ListableStorage)
     return await listable.list_keys()
 

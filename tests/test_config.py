@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from storage.config import DEFAULT_URL, open_storage, parse_config
 from storage.config.chain import parse_url
 from storage.config.options import convert
-from storage.config.redact import redact_text, redact_url
+from storage.redact import redact_text, redact_url
 from storage.config.registry import Registry
 from storage.config.stack import Stack, describe
 from storage.errors import ConfigError, StorageUnavailableError

@@ -44,10 +44,10 @@ from storage.cli.transfer import (
 )
 from storage.config import open_storage
 from storage.config.loading import to_spec
-from storage.config.redact import redact_url
+from storage.redact import redact_url
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ChatStorageError, ConfigError
-from storage.listing import find_listable
+from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey, ChatMessage, check_key_part
 
 __all__ = ["build_parser", "main"]
@@ -270,7 +270,7 @@ async def _cmd_delete(args: argparse.Namespace, out: Output, stack: Stack) -> in
     check_key_part("user_id", args.user)
     if (args.session is None) != (args.agent is None):
         raise ConfigError("give both --session and --agent to delete one conversation")
-    listable = find_listable(stack)
+    listable = find_ability(stack, ListableStorage)
     before: int | None = None
     if listable is not None:
         keys = await listable.list_keys(args.user, args.session)

@@ -1,7 +1,7 @@
 """Move and count stored conversations: export to, import from the conversation file format.
 
 Export and statistics read the raw record from the innermost store, which must be able to
-list its keys (:class:`storage.listing.ListableStorage`); import saves each conversation as
+list its keys (:class:`storage.abilities.ListableStorage`); import saves each conversation as
 one batch through the whole stack (so a scrubbing layer scrubs it). The file format is
 :mod:`storage.cli.conversation_file`.
 """
@@ -18,7 +18,7 @@ from storage.cli.conversation_file import Conversation, conversation_record
 from storage.codec import encode
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
-from storage.listing import ListableStorage, find_listable
+from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey, ChatMessage
 
 __all__ = [
@@ -37,7 +37,7 @@ def require_listable(stack: Stack) -> ListableStorage:
     Raises:
         ConfigError: no component can (the store is named).
     """
-    found = find_listable(stack)
+    found = find_ability(stack, ListableStorage)
     if found is None:
         raise ConfigError(
             f"this command lists stored conversations, which the store "

@@ -6,7 +6,7 @@ those of :mod:`storage.config.registry`: a store from a URL gets its path (``sql
 nothing (``memory``), or the URL itself (through ``from_url`` when it has one); a layer gets
 the component it wraps first. ``X_env`` options are read from the environment; ``*_file``
 options are relative to the config file's directory. Every error is a ``ChatStorageError``
-whose text holds no secret (:mod:`storage.config.redact`).
+whose text holds no secret (:mod:`storage.redact`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from storage.config.chain import (
     strip_query,
 )
 from storage.config.options import convert, declared_options, from_env
-from storage.config.redact import is_sensitive, scrubbed_error
+from storage.redact import is_sensitive, scrubbed_error
 from storage.config.registry import Registry, did_you_mean
 from storage.config.registry import registry as default_registry
 from storage.config.spec import NESTED, ComponentSpec, StackSpec, component_from_table

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from storage.config.redact import redact_text, redact_url, secrets_of_url
+from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.config.spec import NESTED, ComponentSpec, StackSpec
 from storage.errors import ConfigError
 

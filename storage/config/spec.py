@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import attrs
 
-from storage.config.redact import (
+from storage.redact import (
     redact_options,
     redact_text,
     redact_url,
@@ -44,7 +44,7 @@ class ComponentSpec:
         options: raw options: strings from a URL, native values from TOML or a dict; a nested
             component (``summarizer``) is a ``ComponentSpec``.
         url: the store URL (stores only; ``None`` when built from ``type`` and options). Holds
-            the password: never print it, use :func:`storage.config.redact.redact_url`.
+            the password: never print it, use :func:`storage.redact.redact_url`.
         base_dir: directory that ``*_file`` options are relative to (the config file's).
     """
 

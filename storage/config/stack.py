@@ -2,7 +2,7 @@
 
 Components are linked by their ``.inner`` attribute, outermost first; each describes itself
 in one line through its ``describe()`` method (else its class name is shown). Every line is
-redacted (:mod:`storage.config.redact`).
+redacted (:mod:`storage.redact`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from storage.config.redact import redact_text
+from storage.redact import redact_text
 from storage.protocol import ChatStorage, ChatStorageWrapper
 
 __all__ = ["Stack", "components", "describe", "describe_lines"]

@@ -8,7 +8,7 @@ from typing import TypeAlias
 
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage, ChatStorageWrapper
-from storage.stores.base import prepare_batch
+from storage.history import prepare_batch
 
 __all__ = ["MessageTransform", "TransformingChatStorage"]
 

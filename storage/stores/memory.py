@@ -8,7 +8,7 @@ from itertools import count
 from storage.history import safe_window
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.stores.base import prepare_batch
+from storage.history import prepare_batch
 
 __all__ = ["InMemoryChatStorage"]
 

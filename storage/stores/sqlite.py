@@ -26,7 +26,7 @@ from storage.errors import StorageUnavailableError
 from storage.history import drop_orphaned_results
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.stores.base import prepare_batch
+from storage.history import prepare_batch
 
 __all__ = ["SQLiteChatStorage"]
 

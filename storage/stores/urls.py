@@ -1,6 +1,6 @@
 """Server store URLs: pull chatlayers' own query options out, leave the driver's.
 
-Redaction of the passwords these URLs hold is :mod:`storage.config.redact`'s job.
+Redaction of the passwords these URLs hold is :mod:`storage.redact`'s job.
 """
 
 from __future__ import annotations

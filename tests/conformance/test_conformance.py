@@ -472,9 +472,9 @@ async def test_async_context_manager_closes(store: ChatStorage) -> None:
 
 
 async def test_list_keys_when_listable(store: ChatStorage) -> None:
-    from storage.listing import find_listable
+    from storage.abilities import ListableStorage, find_ability
 
-    listable = find_listable(store)
+    listable = find_ability(store, ListableStorage)
     if listable is None:
         pytest.skip("this stack cannot list its keys")
     keys = [ChatKey("u2", "s", "a"), ChatKey("u1", "s2", "b"), ChatKey("u1", "s1", "a:b")]

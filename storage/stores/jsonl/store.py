@@ -18,7 +18,7 @@ import anyio
 from storage.errors import StorageUnavailableError
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.stores.base import prepare_batch
+from storage.history import prepare_batch
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.compact import CompactResult, compact_files
 from storage.stores.jsonl.fsutil import fsync_paths, listdir, rmdir_if_empty, size, tmp_path, unlink
@@ -332,7 +332,7 @@ class JsonlChatStorage(AsyncContextMixin):
     async def list_keys(
         self, user_id: str | None = None, session_id: str | None = None
     ) -> list[ChatKey]:
-        """Every key with a non-empty file, sorted (``storage.listing.ListableStorage``).
+        """Every key with a non-empty file, sorted (``storage.abilities.ListableStorage``).
 
         Args:
             user_id: only this user's keys.
