@@ -17,9 +17,9 @@ import attrs
 
 from benchmarks.data import shipped_messages
 from storage.codec import decode, encode
+from storage.history import prepare_batch as prepare
 from storage.history import validate_message
 from storage.message import ChatMessage, _with_created_at
-from storage.history import prepare_batch as prepare
 
 Step = tuple[str, str, Callable[[], Any]]
 

@@ -116,6 +116,8 @@ class ChatStorageWrapper(ForwardListing, AsyncContextMixin):
         inner: the store or layer this one wraps.
     """
 
+    inner: ChatStorage
+
     def __init__(self, inner: ChatStorage) -> None:
         self.inner = inner
 

@@ -24,9 +24,9 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from storage.redact import redact_options
 from storage.errors import ConfigError, SummarizerError
 from storage.message import ChatMessage
+from storage.redact import redact_options
 from summarizers.extractive import SUMMARY_ROLES
 from summarizers.render import SummaryPlan, build_result, plan_summary, render_message
 from summarizers.tokens import encoding_for_model

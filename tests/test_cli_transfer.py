@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from storage.abilities import ListableStorage, find_ability
 from storage.cli.conversation_file import read_conversations
 from storage.cli.transfer import collect_stats, export_conversations, import_conversations
 from storage.config import open_storage
 from storage.config.stack import Stack
 from storage.errors import ConfigError
-from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey
 from tests.test_cli import UnlistedStore
 

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from storage.config import DEFAULT_URL, open_storage, parse_config
 from storage.config.chain import parse_url
 from storage.config.options import convert
-from storage.redact import redact_text, redact_url
 from storage.config.registry import Registry
 from storage.config.stack import Stack, describe
 from storage.errors import ConfigError, StorageUnavailableError
@@ -24,6 +23,7 @@ from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
+from storage.redact import redact_text, redact_url
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from summarizers.extractive import ExtractiveSummarizer

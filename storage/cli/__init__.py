@@ -33,6 +33,7 @@ from typing import Any, TextIO
 import anyio
 import attrs
 
+from storage.abilities import ListableStorage, find_ability
 from storage.cli.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
 from storage.cli.output import Output
 from storage.cli.replay import replay as replay_conversations
@@ -44,11 +45,10 @@ from storage.cli.transfer import (
 )
 from storage.config import open_storage
 from storage.config.loading import to_spec
-from storage.redact import redact_url
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ChatStorageError, ConfigError
-from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.redact import redact_url
 
 __all__ = ["build_parser", "main"]
 

@@ -14,11 +14,11 @@ from typing import TextIO
 
 import attrs
 
+from storage.abilities import ListableStorage, find_ability
 from storage.cli.conversation_file import Conversation, conversation_record
 from storage.codec import encode
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
-from storage.abilities import ListableStorage, find_ability
 from storage.message import ChatKey, ChatMessage
 
 __all__ = [

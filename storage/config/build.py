@@ -28,13 +28,13 @@ from storage.config.chain import (
     strip_query,
 )
 from storage.config.options import convert, declared_options, from_env
-from storage.redact import is_sensitive, scrubbed_error
 from storage.config.registry import Registry, did_you_mean
 from storage.config.registry import registry as default_registry
 from storage.config.spec import NESTED, ComponentSpec, StackSpec, component_from_table
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ChatStorageError, ConfigError
 from storage.protocol import PROTOCOL_METHODS, ChatStorage
+from storage.redact import is_sensitive, scrubbed_error
 
 __all__ = ["build"]
 

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.config.spec import NESTED, ComponentSpec, StackSpec
 from storage.errors import ConfigError
+from storage.redact import redact_text, redact_url, secrets_of_url
 
 __all__ = [
     "NO_LOCATION_SCHEMES",

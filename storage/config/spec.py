@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import attrs
 
+from storage.config.registry import Kind
+from storage.errors import ConfigError
 from storage.redact import (
     redact_options,
     redact_text,
@@ -20,8 +22,6 @@ from storage.redact import (
     secrets_of_options,
     secrets_of_url,
 )
-from storage.config.registry import Kind
-from storage.errors import ConfigError
 
 __all__ = ["NESTED", "ComponentSpec", "StackSpec", "component_from_table", "nest_tables"]
 

@@ -11,8 +11,8 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from storage.redact import redact_text
 from storage.protocol import ChatStorage, ChatStorageWrapper
+from storage.redact import redact_text
 
 __all__ = ["Stack", "components", "describe", "describe_lines"]
 

@@ -6,9 +6,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias
 
+from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage, ChatStorageWrapper
-from storage.history import prepare_batch
 
 __all__ = ["MessageTransform", "TransformingChatStorage"]
 

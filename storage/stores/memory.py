@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import count
 
-from storage.history import safe_window
+from storage.history import prepare_batch, safe_window
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.history import prepare_batch
 
 __all__ = ["InMemoryChatStorage"]
 

@@ -32,12 +32,11 @@ import anyio
 import sniffio
 
 from storage.codec import decode, encode
-from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.errors import ConfigError, InvalidKeyError, StorageUnavailableError
-from storage.history import drop_orphaned_results
+from storage.history import drop_orphaned_results, prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.history import prepare_batch
+from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.stores.urls import pop_query
 
 if TYPE_CHECKING:

@@ -23,10 +23,9 @@ from typing import Final, Literal
 
 from storage.codec import DecodeCache, decode, encode
 from storage.errors import StorageUnavailableError
-from storage.history import drop_orphaned_results
+from storage.history import drop_orphaned_results, prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.history import prepare_batch
 
 __all__ = ["SQLiteChatStorage"]
 

@@ -16,9 +16,9 @@ from typing import Final
 import anyio
 
 from storage.errors import StorageUnavailableError
+from storage.history import prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
-from storage.history import prepare_batch
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.compact import CompactResult, compact_files
 from storage.stores.jsonl.fsutil import fsync_paths, listdir, rmdir_if_empty, size, tmp_path, unlink
