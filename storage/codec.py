@@ -92,7 +92,8 @@ def decode(text: str | bytes) -> ChatMessage:
     """Rebuild the message from its record.
 
     Raises:
-        CorruptRecordError: the record is not valid JSON or lacks a required field.
+        CorruptRecordError: the record is not valid JSON, lacks a required field, or nests
+            too deeply to decode.
     """
     try:
         record = _loads(text)
@@ -128,7 +129,9 @@ def decode(text: str | bytes) -> ChatMessage:
             extra,
             present,
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        # RecursionError: a record nested far deeper than validation allows (written by
+        # something else); everything chatlayers writes decodes within MAX_DEPTH levels.
         snippet = text[:80] if isinstance(text, str) else text[:80].decode("utf-8", "replace")
         raise CorruptRecordError(f"cannot decode stored record {snippet!r}: {exc!r}") from exc
 

@@ -1,7 +1,7 @@
 """History rules shared by every store and layer: validation, turns, tool-pair-safe windows.
 
 The validation rules follow what chat APIs enforce on a history (and PraisonAI's ``setHistory``):
-known roles, correct field types, a ``system`` message only first, and every ``tool`` result
+known roles, correct field types, a ``system`` (or ``developer``) message only first, and every ``tool`` result
 answering a call of the nearest preceding assistant turn that made calls. Real data reuses
 tool-call ids across turns, so results are paired by nearest turn, never by a global id.
 """
@@ -10,14 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 import attrs
 
-from storage.errors import InvalidMessageError
-from storage.message import ROLES, ChatMessage, ToolCall, _with_created_at
+from storage.errors import InvalidArgumentError, InvalidMessageError
+from storage.message import (
+    INSTRUCTION_ROLES,
+    MAX_DEPTH,
+    ROLES,
+    ChatMessage,
+    ToolCall,
+    _with_created_at,
+)
 
 __all__ = [
+    "SystemPolicy",
     "check_tool_pairs",
     "prepare_batch",
     "drop_orphaned_results",
@@ -45,22 +53,68 @@ def _check_text(value: str, what: str, where: str) -> None:
             ) from None
 
 
+# One node of the walk: (value, depth, parent node, key or index within the parent).
+_Node = tuple[Any, int, "_Node | None", "str | int | None"]
+
+
+def _path(node: _Node, root: str) -> str:
+    """``root["a"][0]``: where ``node`` sits, built only when an error names it."""
+    segments: list[str] = []
+    current: _Node | None = node
+    while current is not None and current[2] is not None:
+        segment = current[3]
+        segments.append(f"[{segment!r}]" if isinstance(segment, str) else f"[{segment}]")
+        current = current[2]
+    return root + "".join(reversed(segments))
+
+
 def _check_json_like(value: Any, what: str, where: str) -> None:
-    if isinstance(value, str):
-        _check_text(value, what, where)
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidMessageError(f"{where}{what} has a non-string key {k!r}")
-            _check_text(k, what, where)
-            _check_json_like(v, what, where)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _check_json_like(v, what, where)
-    elif not (value is None or isinstance(value, bool | int | float)):
-        raise InvalidMessageError(
-            f"{where}{what} holds a {type(value).__name__}, which is not JSON data"
-        )
+    """Check JSON-like data without recursion: types, string texts and keys, and depth.
+
+    Raises:
+        InvalidMessageError: naming the path (``metadata['a'][0]``) of a non-string key, a
+            value that is not JSON data, a lone surrogate, or nesting deeper than
+            :data:`~storage.message.MAX_DEPTH`.
+    """
+    stack: list[_Node] = [(value, 1, None, None)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        item, depth = node[0], node[1]
+        if isinstance(item, str):
+            if not item.isascii():
+                _check_text(item, _path(node, what), where)
+        elif isinstance(item, Mapping):
+            if depth > MAX_DEPTH:
+                raise InvalidMessageError(
+                    f"{where}{_path(node, what)} nests deeper than {MAX_DEPTH} levels"
+                )
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise InvalidMessageError(
+                        f"{where}{_path(node, what)} has a non-string key {k!r}"
+                    )
+                if not k.isascii():
+                    _check_text(k, f"a key of {_path(node, what)}", where)
+                if v is None or v.__class__ in _SCALARS:
+                    if v.__class__ is str and not v.isascii():
+                        _check_text(v, _path((v, depth + 1, node, k), what), where)
+                    continue
+                push((v, depth + 1, node, k))
+        elif isinstance(item, list | tuple):
+            if depth > MAX_DEPTH:
+                raise InvalidMessageError(
+                    f"{where}{_path(node, what)} nests deeper than {MAX_DEPTH} levels"
+                )
+            for i, v in enumerate(item):
+                push((v, depth + 1, node, i))
+        elif not (item is None or isinstance(item, bool | int | float)):
+            raise InvalidMessageError(
+                f"{where}{_path(node, what)} holds a {type(item).__name__}, which is not JSON data"
+            )
+
+
+_SCALARS: Final = frozenset({str, int, float, bool})
 
 
 def validate_message(message: object, index: int | None = None) -> ChatMessage:
@@ -77,7 +131,10 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
         InvalidMessageError: not a ``ChatMessage``; unknown role; ``content`` not a str, None
             or a sequence of mappings; ``tool_calls`` on a non-assistant message or not
             ``ToolCall`` objects with string fields; a ``tool`` message without a string
-            ``tool_call_id``; a naive ``created_at``; a lone surrogate in any text.
+            ``tool_call_id``; a naive ``created_at``; a lone surrogate in any string (content,
+            parts, ``name``, ``tool_call_id``, tool calls, ``metadata``, ``extra``: the error
+            names the field and path); parts, metadata or extra nested deeper than
+            :data:`~storage.message.MAX_DEPTH` (64) levels.
     """
     where = _where(index)
     if not isinstance(message, ChatMessage):
@@ -96,7 +153,7 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
                 raise InvalidMessageError(
                     f"{where}content part {n} must be a mapping, got {type(part).__name__}"
                 )
-            _check_json_like(part, f"content part {n}", where)
+            _check_json_like(part, f"content[{n}]", where)
     elif content is not None:
         raise InvalidMessageError(
             f"{where}content must be a str, None or a list of parts, got {type(content).__name__}"
@@ -120,15 +177,21 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
                     f"{where}tool_calls[{n}].{field} must be a str, got {type(value).__name__}"
                 )
             _check_text(value, f"tool_calls[{n}].{field}", where)
+    tool_call_id = message.tool_call_id
     if role == "tool":
-        if not isinstance(message.tool_call_id, str) or not message.tool_call_id:
+        if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessageError(f"{where}a tool message needs a tool_call_id string")
-    elif message.tool_call_id is not None and not isinstance(message.tool_call_id, str):
+    elif tool_call_id is not None and not isinstance(tool_call_id, str):
         raise InvalidMessageError(f"{where}tool_call_id must be a str or None")
-    if message.name is not None and not isinstance(message.name, str):
-        raise InvalidMessageError(
-            f"{where}name must be a str or None, got {type(message.name).__name__}"
-        )
+    if tool_call_id is not None:
+        _check_text(tool_call_id, "tool_call_id", where)
+    name = message.name
+    if name is not None:
+        if not isinstance(name, str):
+            raise InvalidMessageError(
+                f"{where}name must be a str or None, got {type(name).__name__}"
+            )
+        _check_text(name, "name", where)
     if not isinstance(message.id, str) or not message.id:
         raise InvalidMessageError(f"{where}id must be a non-empty str")
     _check_text(message.id, "id", where)
@@ -154,18 +217,32 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     return message
 
 
-def validate_history(messages: object) -> list[ChatMessage]:
+SystemPolicy = Literal["keep", "strip"]
+
+
+def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list[ChatMessage]:
     """Validate a loaded or imported history and return it as ``ChatMessage`` objects.
 
-    Elements may be ``ChatMessage`` objects or OpenAI message dicts.
+    Elements may be ``ChatMessage`` objects or OpenAI message dicts. ``developer`` (OpenAI's
+    newer name for ``system``) follows the same rules as ``system``.
+
+    Args:
+        messages: the history, oldest first.
+        system: ``"keep"`` (default) returns a leading ``system``/``developer`` message with
+            the rest; ``"strip"`` drops it, so a history restored into an agent that sends its
+            own instructions does not carry them twice (PraisonAI's restore rule). A
+            non-leading one is an error either way.
 
     Raises:
         InvalidMessageError: ``messages`` is not a list; an element is not a message or dict
             (the error names its index); any rule of :func:`validate_message` (index and
-            problem named); a ``system`` message after index 0; a ``tool`` message whose
-            ``tool_call_id`` matches no call of the nearest preceding assistant message
-            that has tool calls.
+            problem named); a ``system``/``developer`` message after index 0; a ``tool``
+            message whose ``tool_call_id`` matches no call of the nearest preceding
+            assistant message that has tool calls.
+        InvalidArgumentError: ``system`` is neither ``"keep"`` nor ``"strip"``.
     """
+    if system not in ("keep", "strip"):
+        raise InvalidArgumentError(f"system must be 'keep' or 'strip', got {system!r}")
     if not isinstance(messages, list | tuple):
         raise InvalidMessageError(
             f"history must be a list of messages, got {type(messages).__name__}"
@@ -183,12 +260,14 @@ def validate_history(messages: object) -> list[ChatMessage]:
                 f"got {type(item).__name__}"
             )
         message = validate_message(item, index)
-        if message.role == "system" and index != 0:
+        if message.role in INSTRUCTION_ROLES and index != 0:
             raise InvalidMessageError(
-                f"message {index}: a system message is only allowed first (index 0)"
+                f"message {index}: a {message.role} message is only allowed first (index 0)"
             )
         out.append(message)
     check_tool_pairs(out)
+    if system == "strip" and out and out[0].role in INSTRUCTION_ROLES:
+        del out[0]
     return out
 
 

@@ -11,7 +11,7 @@ chat-completions wire format (https://platform.openai.com/docs/api-reference/cha
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -21,44 +21,134 @@ import attrs
 from storage.errors import InvalidKeyError, InvalidMessageError
 
 __all__ = [
+    "INSTRUCTION_ROLES",
+    "MAX_DEPTH",
     "ROLES",
     "AgentMessage",
     "ChatKey",
     "ChatMessage",
+    "Content",
+    "ContentInput",
+    "ContentPart",
     "Role",
     "ToolCall",
     "freeze",
     "thaw",
 ]
 
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
+#: Roles that carry the agent's instructions: allowed only first in a history. ``developer``
+#: is OpenAI's replacement for ``system`` on newer models and follows the same rules.
+INSTRUCTION_ROLES: Final = frozenset({"system", "developer"})
+#: How deep content parts, metadata and extra fields may nest (a part or the metadata mapping
+#: itself is level 1). Deeper data is refused by validation with ``InvalidMessageError``, so
+#: everything stored decodes within a small, bounded call depth.
+MAX_DEPTH: Final = 64
+
+#: One content part: a read-only mapping such as ``{"type": "text", "text": "..."}``.
+ContentPart = Mapping[str, Any]
+#: What ``ChatMessage.content`` holds: text, ``None``, or a tuple of content parts.
+Content = str | tuple[ContentPart, ...] | None
+#: What ``ChatMessage(content=...)`` accepts: text, ``None`` or any sequence of parts.
+ContentInput = str | Sequence[Mapping[str, Any]] | None
 
 # The OpenAI fields the model names; anything else goes to ``extra``.
 _NAMED_FIELDS: Final = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+# Beyond this depth freeze/thaw switch from recursion to an explicit stack: shallow data (all
+# real data) keeps the fast recursive path, and no input can exhaust the call stack.
+_RECURSE_DEPTH: Final = 16
+
+
+def _rebuild(
+    value: Any,
+    make_map: Callable[[dict[Any, Any]], Any],
+    make_seq: Callable[[list[Any]], Any],
+) -> Any:
+    """Rebuild nested JSON-like data bottom-up with an explicit stack (any depth)."""
+
+    def open_frame(v: Any) -> list[Any] | None:
+        if isinstance(v, Mapping):
+            return [iter(v.items()), {}, True, None]
+        if isinstance(v, list | tuple):
+            return [iter(v), [], False, None]
+        return None
+
+    top = open_frame(value)
+    if top is None:
+        return value
+    stack = [top]
+    while True:
+        frame = stack[-1]
+        item: Any = next(frame[0], _DONE)
+        if item is _DONE:
+            stack.pop()
+            built = make_map(frame[1]) if frame[2] else make_seq(frame[1])
+            if not stack:
+                return built
+            parent = stack[-1]
+            if parent[2]:
+                parent[1][parent[3]] = built
+            else:
+                parent[1].append(built)
+            continue
+        if frame[2]:
+            frame[3], child = item
+        else:
+            child = item
+        nested = open_frame(child)
+        if nested is not None:
+            stack.append(nested)
+        elif frame[2]:
+            frame[1][frame[3]] = child
+        else:
+            frame[1].append(child)
+
+
+_DONE: Final[Any] = object()
+
+
+def _freeze(value: Any, depth: int) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if depth >= _RECURSE_DEPTH:
+        return _rebuild(value, MappingProxyType, tuple)
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v, depth + 1) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple([_freeze(v, depth + 1) for v in value])
+    return value
+
+
+def _thaw(value: Any, depth: int) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if depth >= _RECURSE_DEPTH:
+        return _rebuild(value, _identity, _identity)
+    if isinstance(value, Mapping):
+        return {k: _thaw(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v, depth + 1) for v in value]
+    return value
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def freeze(value: Any) -> Any:
-    """Return a read-only deep copy of JSON-like data: dicts become mappings, lists tuples."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
-    return value
+    """Return a read-only deep copy of JSON-like data: dicts become mappings, lists tuples.
+
+    Works at any nesting depth without recursing more than a few levels."""
+    return _freeze(value, 0)
 
 
 def thaw(value: Any) -> Any:
-    """Inverse of :func:`freeze`: plain, mutable JSON-like data (new objects every call)."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return {k: thaw(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [thaw(v) for v in value]
-    return value
+    """Inverse of :func:`freeze`: plain, mutable JSON-like data (new objects every call).
+
+    Works at any nesting depth without recursing more than a few levels."""
+    return _thaw(value, 0)
 
 
 def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -69,12 +159,12 @@ def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return freeze(value)  # type: ignore[no-any-return]
 
 
-def _freeze_content(value: Any) -> Any:
+def _freeze_content(value: ContentInput) -> Content:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list | tuple):
-        return tuple(freeze(part) for part in value)
-    return value  # wrong types are reported by validate_message, with the field's name
+        return tuple([_freeze(part, 1) for part in value])
+    return value  # type: ignore[return-value]  # wrong types: validate_message names them
 
 
 def _freeze_tool_calls(value: Any) -> Any:
@@ -126,7 +216,8 @@ class ChatMessage:
     """One chat message, immutable.
 
     Attributes:
-        role: ``"system" | "user" | "assistant" | "tool"``.
+        role: ``"system" | "developer" | "user" | "assistant" | "tool"`` (``developer`` is
+            OpenAI's newer name for ``system`` and follows the same rules).
         content: text, ``None``, or a tuple of content parts (read-only mappings, kept verbatim).
         tool_calls: the calls an assistant message requests (empty tuple when none).
         tool_call_id: on a ``tool`` message, the id of the call it answers.
@@ -140,7 +231,7 @@ class ChatMessage:
     """
 
     role: str
-    content: Any = attrs.field(default=None, converter=_freeze_content)
+    content: Content = attrs.field(default=None, converter=_freeze_content)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_freeze_tool_calls)
     tool_call_id: str | None = None
     name: str | None = None
@@ -266,11 +357,13 @@ class ChatMessage:
 class ChatKey:
     """Which conversation: ``(user_id, session_id, agent_id)``, three non-empty strings.
 
-    Any characters are allowed (``#``, ``:``, ``/``, ``..``, ``*``, unicode) except NUL; every
-    store keeps keys apart whatever they contain.
+    Any characters are allowed (``#``, ``:``, ``/``, ``..``, ``*``, unicode) except NUL and
+    lone surrogates (which no UTF-8 store can hold); every store keeps keys apart whatever they
+    contain.
 
     Raises:
-        InvalidKeyError: a part is not a string, is empty, or contains NUL.
+        InvalidKeyError: a part is not a string, is empty, contains NUL or a lone surrogate
+            (the error names the part).
     """
 
     user_id: str
@@ -290,13 +383,22 @@ class ChatKey:
 
 
 def check_key_part(field: str, value: object) -> None:
-    """Raise ``InvalidKeyError`` unless ``value`` is a non-empty string without NUL."""
+    """Raise ``InvalidKeyError`` unless ``value`` is a non-empty string without NUL that can
+    be encoded as UTF-8 (no lone surrogate)."""
     if not isinstance(value, str):
         raise InvalidKeyError(f"{field} must be a str, got {type(value).__name__}")
     if not value:
         raise InvalidKeyError(f"{field} must not be empty")
     if "\x00" in value:
         raise InvalidKeyError(f"{field} must not contain NUL (\\x00): {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidKeyError(
+                f"{field} holds a lone surrogate at position {exc.start}, which cannot be "
+                "stored as UTF-8"
+            ) from None
 
 
 @attrs.frozen(slots=True)

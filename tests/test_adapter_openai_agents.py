@@ -434,3 +434,59 @@ async def test_runner_tool_run_persists_and_resumes_in_a_new_process(tmp_path: P
     assert final[:5] == items
     assert len(final) == 7
     assert final[6]["content"][0]["text"] == "Tomorrow too."
+
+
+class _ReplaceSpy(InMemoryChatStorage):
+    """A memory store with an atomic ``replace`` whose ``delete`` must not be used by a pop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replaced: list[int] = []
+
+    async def replace(self, key: ChatKey, messages: Any) -> list[Any]:
+        batch = list(messages)
+        await InMemoryChatStorage.delete(self, key)
+        stored = await InMemoryChatStorage.save_messages(self, key, batch)
+        self.replaced.append(len(batch))
+        return stored
+
+    async def save_messages_if(self, key: ChatKey, messages: Any, *, expected_version: str) -> Any:
+        raise NotImplementedError
+
+    async def delete(self, key: ChatKey) -> None:
+        raise AssertionError("pop_item deleted instead of replacing")
+
+
+@pytest.mark.anyio
+async def test_pop_item_uses_replace_when_the_stack_has_it() -> None:
+    store = _ReplaceSpy()
+    session = OpenAIAgentsSession(store, KEY)
+    await session.add_items(REAL_SHAPES)
+    assert await session.pop_item() == REAL_SHAPES[-1]
+    assert await session.get_items() == REAL_SHAPES[:-1]
+    assert store.replaced, "pop_item did not call replace"
+
+
+class _CrashingSave(InMemoryChatStorage):
+    """No ``replace``: the fallback is delete then save; a save that fails loses the key."""
+
+    fail = False
+
+    async def save_messages(self, key: ChatKey, messages: Any) -> Any:
+        if self.fail:
+            raise OSError("disk full")
+        return await super().save_messages(key, messages)
+
+
+@pytest.mark.anyio
+async def test_pop_item_falls_back_to_delete_and_save_without_replace() -> None:
+    store = _CrashingSave()
+    session = OpenAIAgentsSession(store, KEY)
+    await session.add_items(REAL_SHAPES[:3])
+    assert await session.pop_item() == REAL_SHAPES[2]
+    assert await session.get_items() == REAL_SHAPES[:2]
+    # The documented risk of the fallback: a failure between the two steps.
+    store.fail = True
+    with pytest.raises(OSError, match="disk full"):
+        await session.pop_item()
+    assert await session.get_items() == []

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol
 
 import pytest
 
 import storage
+from storage.abilities import (
+    ABILITIES,
+    ConversationRecord,
+    DescribableStorage,
+    Head,
+    ListableStorage,
+    SearchHit,
+    SessionPage,
+    SummaryCheckpoint,
+    Tail,
+    find_ability,
+)
 from storage.config import Stack
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
@@ -100,6 +113,156 @@ async def test_layer_forwards_every_protocol_method(layer: str) -> None:
     await wrapped.delete_user("u")
     await wrapped.aclose()
     assert inner.called == list(PROTOCOL_METHODS)
+
+
+class AbilityRecorder(Recorder):
+    """A Recorder with every optional ability, recording each call."""
+
+    async def list_keys(
+        self, user_id: str | None = None, session_id: str | None = None
+    ) -> list[ChatKey]:
+        self.called.append("list_keys")
+        return []
+
+    async def head(self, key: ChatKey) -> Head:
+        self.called.append("head")
+        return Head(0, "")
+
+    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
+        self.called.append("fetch_since")
+        return Tail(Head(0, ""), (), ())
+
+    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
+        self.called.append("load_checkpoint")
+        return None
+
+    async def save_checkpoint(
+        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
+    ) -> SummaryCheckpoint | None:
+        self.called.append("save_checkpoint")
+        return checkpoint
+
+    async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
+        self.called.append("acquire_lease")
+        return True
+
+    async def release_lease(self, key: ChatKey, owner: str) -> None:
+        self.called.append("release_lease")
+
+    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        self.called.append("replace")
+        return list(messages)
+
+    async def save_messages_if(
+        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
+    ) -> list[ChatMessage]:
+        self.called.append("save_messages_if")
+        return list(messages)
+
+    async def list_sessions(
+        self, user_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        self.called.append("list_sessions")
+        return SessionPage((), None)
+
+    async def search(self, user_id: str, query: str, *, limit: int = 20) -> list[SearchHit]:
+        self.called.append("search")
+        return []
+
+    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
+        self.called.append("save_record")
+        return record
+
+    async def fetch_records(
+        self, key: ChatKey, *, kind: str | None = None
+    ) -> list[ConversationRecord]:
+        self.called.append("fetch_records")
+        return []
+
+    async def purge(self, *, now: datetime | None = None) -> int:
+        self.called.append("purge")
+        return 0
+
+    def describe(self) -> str:
+        return "recorder://"
+
+
+SUMMARY = ChatMessage("system", "summary", metadata={"chatlayers": {"summary": True}})
+# One call of each ability method, with arguments every layer accepts.
+ABILITY_CALLS: dict[str, Any] = {
+    "list_keys": lambda s: s.list_keys(),
+    "head": lambda s: s.head(KEY),
+    "fetch_since": lambda s: s.fetch_since(KEY, 0),
+    "load_checkpoint": lambda s: s.load_checkpoint(KEY),
+    "save_checkpoint": lambda s: s.save_checkpoint(
+        KEY,
+        SummaryCheckpoint((SUMMARY,), 1, "e", "manual", datetime.now(UTC)),
+        expected_version=0,
+    ),
+    "acquire_lease": lambda s: s.acquire_lease(KEY, "me", 5.0),
+    "release_lease": lambda s: s.release_lease(KEY, "me"),
+    "replace": lambda s: s.replace(KEY, [ChatMessage("user", "r")]),
+    "save_messages_if": lambda s: s.save_messages_if(
+        KEY, [ChatMessage("user", "c")], expected_version=".0"
+    ),
+    "list_sessions": lambda s: s.list_sessions("u"),
+    "search": lambda s: s.search("u", "words"),
+    "save_record": lambda s: s.save_record(KEY, ConversationRecord("status")),
+    "fetch_records": lambda s: s.fetch_records(KEY),
+    "purge": lambda s: s.purge(),
+}
+
+
+def ability_methods(ability: type) -> list[str]:
+    """The methods a protocol of ``storage.abilities`` declares (its own and inherited)."""
+    names: list[str] = []
+    for cls in ability.__mro__:
+        if cls in (Protocol, Generic, object) or not getattr(cls, "_is_protocol", False):
+            continue
+        names += [n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)]
+    return sorted(set(names))
+
+
+def test_ability_calls_cover_every_ability_method() -> None:
+    declared = {m for a in ABILITIES if a is not DescribableStorage for m in ability_methods(a)}
+    assert declared == set(ABILITY_CALLS)
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize(
+    "ability", [a for a in ABILITIES if a is not DescribableStorage], ids=lambda a: a.__name__
+)
+async def test_layer_forwards_each_ability_explicitly_or_hides_it(
+    layer: str, ability: type
+) -> None:
+    inner = AbilityRecorder()
+    wrapped = LAYERS[layer](inner)
+    cls = type(wrapped)
+    assert "__getattr__" not in {n for c in cls.__mro__ for n in vars(c)}, "no implicit delegation"
+    methods = ability_methods(ability)
+    present = [m for m in methods if callable(getattr(cls, m, None))]
+    if find_ability(wrapped, ability) is None:
+        # Absent: the layer has none of the ability's methods (a partial ability would let a
+        # caller reach the inner store around the layer).
+        assert present == [], f"{cls.__name__} has part of {ability.__name__}: {present}"
+        return
+    assert present == methods
+    for name in methods:
+        owner = next(c for c in cls.__mro__ if name in vars(c))
+        assert owner.__module__.startswith("storage."), (name, owner)
+        assert inspect.iscoroutinefunction(getattr(cls, name)), name
+        inner.called.clear()
+        await ABILITY_CALLS[name](wrapped)
+        assert inner.called == [name], (name, inner.called)
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layer_hides_abilities_its_inner_store_lacks(layer: str) -> None:
+    wrapped = LAYERS[layer](Recorder())
+    for ability in ABILITIES:
+        if ability in (DescribableStorage, ListableStorage):
+            continue
+        assert find_ability(wrapped, ability) is None, ability.__name__
 
 
 def test_wrapper_defines_every_protocol_method_itself() -> None:

@@ -1,4 +1,6 @@
-"""SummarizingChatStorage: one test per rule of DESIGN.md §5, and a reference-model property."""
+"""SummarizingChatStorage in ``summaries="memory"`` mode (the seed's contract): one test per
+rule of DESIGN.md §5, and a reference-model property. Store-mode tests (checkpoints, coherence,
+fleets) are in the other ``test_summarizing_*`` modules."""
 
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ def stack(
     summarizer: FakeSummarizer, trigger_at: int = 2, keep_last: int = 1, **kw: object
 ) -> tuple[SummarizingChatStorage, InMemoryChatStorage]:
     raw = InMemoryChatStorage()
+    kw.setdefault("summaries", "memory")
     return SummarizingChatStorage(
         raw, summarizer, trigger_at=trigger_at, keep_last=keep_last, **kw
     ), raw  # type: ignore[arg-type]
@@ -169,7 +172,7 @@ async def test_rule3_buffer_holds_what_inner_returned() -> None:
 
     raw = InMemoryChatStorage()
     layer = SummarizingChatStorage(
-        TransformingChatStorage(raw, upper), fake, trigger_at=2, keep_last=1
+        TransformingChatStorage(raw, upper), fake, trigger_at=2, keep_last=1, summaries="memory"
     )
     await layer.save_messages(KEY, pairs(3))
     await layer.fetch(KEY)
@@ -313,7 +316,9 @@ async def test_rule7_activation_with_bad_result_stays_cold() -> None:
 async def test_rule8_buffers_bounded_lru_and_restart_is_cold(tmp_path: Path) -> None:
     fake = FakeSummarizer()
     raw = SQLiteChatStorage(tmp_path / "db.sqlite")
-    layer = SummarizingChatStorage(raw, fake, trigger_at=2, keep_last=1, max_buffers=2)
+    layer = SummarizingChatStorage(
+        raw, fake, trigger_at=2, keep_last=1, max_buffers=2, summaries="memory"
+    )
     keys = [ChatKey("u", "s", f"agent{n}") for n in range(3)]
     for key in keys:
         await layer.save_messages(key, pairs(3))
@@ -324,7 +329,7 @@ async def test_rule8_buffers_bounded_lru_and_restart_is_cold(tmp_path: Path) -> 
     assert view[0].is_summary
     assert len(fake.calls) == calls + 1
     # a new instance (a restart) starts cold and summarizes once on the first long fetch
-    restarted = SummarizingChatStorage(raw, fake, trigger_at=2, keep_last=1)
+    restarted = SummarizingChatStorage(raw, fake, trigger_at=2, keep_last=1, summaries="memory")
     assert not restarted.is_active(keys[1])
     await restarted.fetch(keys[1])
     await restarted.fetch(keys[1])
@@ -411,7 +416,9 @@ def test_property_matches_reference_model(
     async def run() -> None:
         fake = FakeSummarizer()
         raw = InMemoryChatStorage()
-        layer = SummarizingChatStorage(raw, fake, trigger_at=trigger_at, keep_last=keep_last)
+        layer = SummarizingChatStorage(
+            raw, fake, trigger_at=trigger_at, keep_last=keep_last, summaries="memory"
+        )
         model = Reference(trigger_at, keep_last)
         counter = 0
         for op, arg in ops:
@@ -451,7 +458,11 @@ async def test_over_real_scrubber_buffer_and_summarizer_see_scrubbed_text_only(
     fake = FakeSummarizer()
     raw = SQLiteChatStorage(tmp_path / "db.sqlite")
     layer = SummarizingChatStorage(
-        TransformingChatStorage(raw, PIIScrubber(secret="s")), fake, trigger_at=2, keep_last=1
+        TransformingChatStorage(raw, PIIScrubber(secret="s")),
+        fake,
+        trigger_at=2,
+        keep_last=1,
+        summaries="memory",
     )
     emails = [f"person{n}@example.org" for n in range(5)]
     for n, email in enumerate(emails[:3]):

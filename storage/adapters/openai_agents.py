@@ -30,6 +30,7 @@ import anyio
 import attrs
 
 from storage.adapters import missing_extra
+from storage.adapters.rewrite import raw_history, rewrite
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall, new_message_id, thaw
 from storage.protocol import ChatStorage
@@ -245,9 +246,10 @@ class OpenAIAgentsSession:
 
     ``get_items`` reads the stack's ``fetch`` (a summarizing stack's buffer), so the SDK's
     model sees the summarized history. ``pop_item`` works on the raw history and rewrites the
-    conversation (delete, then save what remains): calls on one session object are
-    serialized by a lock, but a crash between the two steps loses the conversation, and two
-    session objects for one key must not pop concurrently.
+    conversation: with a stack that has ``ReplaceableStorage`` (every built-in store) in one
+    atomic ``replace``, crash-safe; otherwise delete, then save what remains (a crash between
+    the two loses the conversation). Calls on one session object are serialized by a lock;
+    two session objects for one key must not pop concurrently.
 
     Raises:
         InvalidMessageError: an item cannot be stored (nothing of the batch is stored).
@@ -311,11 +313,13 @@ class OpenAIAgentsSession:
             await self.stack.save_messages(self.key, messages)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the newest item, or ``None`` when the session is empty."""
+        """Remove and return the newest item, or ``None`` when the session is empty.
+
+        The raw record is rewritten without that item: one atomic ``replace`` when the stack
+        has :class:`~storage.abilities.ReplaceableStorage`, else delete then save.
+        """
         async with self._get_lock():
-            key = self.key
-            entries = await self.stack.fetch_all_chats(key.user_id, key.session_id)
-            raw = [e.message for e in entries if e.agent_id == key.agent_id]
+            raw = await raw_history(self.stack, self.key)
             if not raw:
                 return None
             last = raw[-1]
@@ -328,8 +332,7 @@ class OpenAIAgentsSession:
                 )
                 for n, m in enumerate(items_to_messages(items))
             ]
-            await self.stack.delete(key)
-            await self.stack.save_messages(key, raw[:-1] + rest)
+            await rewrite(self.stack, self.key, raw[:-1] + rest)
             return cast("TResponseInputItem", popped)
 
     async def clear_session(self) -> None:

@@ -7,44 +7,30 @@ Chains are fsspec style, outermost layer first, the base store last::
     summarize?summarizer=litellm&summarizer.model=gpt-4o-mini::redis://:PASSWORD@host:6379/0
 
 Each layer segment is ``name[?option=value&...]``; the last segment is the store URL, whose
-query options are the store's constructor options (a Redis or PostgreSQL URL keeps the query
-parameters the store does not declare, for its driver). A nested summarizer is named by
-``summarizer=NAME`` and configured by ``summarizer.OPTION=value``. Values stay strings here;
+query options that the store's constructor declares are converted by their declared types and
+given to the store's ``from_url`` (the URL keeps its whole query: a Redis or PostgreSQL store
+hands the parameters it does not declare to its driver, a file store refuses them).
+A nested summarizer is named by ``summarizer=NAME`` and configured by
+``summarizer.OPTION=value``. Values stay strings here;
 :mod:`storage.config.options` converts them by declared type when the stack is built.
 
-Store URLs: ``memory://``; ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
-``sqlite://:memory:`` (SQLAlchemy's form); ``jsonl://relative/dir``, ``jsonl:///absolute/dir``
-(a file URL: everything after ``jsonl://`` is the path); ``redis://[:password@]host:port/db``,
-``rediss://...``; ``postgresql://user:password@host:port/db`` (``postgres://`` too). Relative
-paths are relative to the working directory; percent-encode ``?``, ``#`` and ``::`` in a path.
+Each store reads its own location (``BaseStore.from_url``; file paths with
+:func:`storage.stores.urls.path_from_url`): ``memory://``; ``sqlite:///relative/path.db``,
+``sqlite:////absolute/path.db``, ``sqlite://:memory:``; ``jsonl://relative/dir``,
+``jsonl:///absolute/dir``; ``redis://[:password@]host:port/db``; ``postgresql://...``.
+Percent-encode ``?``, ``#`` and ``::`` in a path.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl
 
 from storage.config.spec import NESTED, ComponentSpec, StackSpec
 from storage.errors import ConfigError
 from storage.redact import redact_text, redact_url, secrets_of_url
 
-__all__ = [
-    "NO_LOCATION_SCHEMES",
-    "PATH_SCHEMES",
-    "has_location",
-    "parse_store_url",
-    "parse_url",
-    "query_keys",
-    "store_path",
-    "strip_query",
-]
-
-# Stores whose URL points at a file or directory: the path is their first parameter.
-PATH_SCHEMES: Final = frozenset({"sqlite", "jsonl"})
-# Stores that take no location.
-NO_LOCATION_SCHEMES: Final = frozenset({"memory"})
+__all__ = ["parse_store_url", "parse_url"]
 
 
 def parse_url(url: str) -> StackSpec:
@@ -93,7 +79,8 @@ def parse_store_url(url: str, source: str) -> ComponentSpec:
     scheme = scheme.lower()
     _, _, query = url.partition("?")
     options = _parse_query(query, f"store {scheme!r}") if query else {}
-    return ComponentSpec("stores", scheme, options, url=url)
+    # The query is parsed here only; the store reads its location from the URL itself.
+    return ComponentSpec("stores", scheme, options, url=url, url_options=frozenset(options))
 
 
 def _parse_query(query: str, where: str) -> dict[str, Any]:
@@ -127,53 +114,3 @@ def _nest_dotted(options: dict[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: '{head}.*' options need {head}=NAME too")
         out[head] = {"type": name, **sub}
     return out
-
-
-def store_path(url: str, scheme: str) -> str:
-    """The file path of a ``sqlite`` or ``jsonl`` URL (``~`` expanded).
-
-    ``sqlite`` follows SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////absolute.db``,
-    ``sqlite://:memory:``. ``jsonl`` follows file URLs (DESIGN §4 ``jsonl://PATH``): everything
-    after ``jsonl://`` is the path, so ``jsonl://chats`` is relative and ``jsonl:///var/chats``
-    absolute.
-
-    Raises:
-        ConfigError: the URL has no path.
-    """
-    parts = urlsplit(url)
-    path = unquote(parts.netloc) + unquote(parts.path)
-    if scheme == "sqlite" and not parts.netloc and path.startswith("/"):
-        path = path[1:]
-    if not path:
-        hint = (
-            "sqlite:///relative.db, sqlite:////absolute.db or sqlite://:memory:"
-            if scheme == "sqlite"
-            else f"{scheme}://relative/dir or {scheme}:///absolute/dir"
-        )
-        raise ConfigError(f"store {scheme!r}: the URL {redact_url(url)!r} has no path; use {hint}")
-    return os.path.expanduser(path)
-
-
-def has_location(url: str) -> bool:
-    """Whether a store URL names a host or a path (``memory://`` does not)."""
-    parts = urlsplit(url)
-    return bool(parts.netloc or parts.path.strip("/"))
-
-
-def query_keys(url: str) -> list[str]:
-    """The names of ``url``'s query parameters, in order (decoded)."""
-    return [key for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
-
-
-def strip_query(url: str, drop: Iterable[str]) -> str:
-    """``url`` without the query parameters named in ``drop`` (the others kept verbatim)."""
-    drop = set(drop)
-    if not drop:
-        return url
-    parts = urlsplit(url)
-    kept = [
-        piece
-        for piece in parts.query.split("&")
-        if piece and unquote(piece.partition("=")[0]) not in drop
-    ]
-    return urlunsplit(parts._replace(query="&".join(kept)))

@@ -46,6 +46,8 @@ class ComponentSpec:
         url: the store URL (stores only; ``None`` when built from ``type`` and options). Holds
             the password: never print it, use :func:`storage.redact.redact_url`.
         base_dir: directory that ``*_file`` options are relative to (the config file's).
+        url_options: the names of ``options`` that came from the URL's query (those the
+            store does not declare stay in the URL for the store; others are refused).
     """
 
     kind: Kind
@@ -53,6 +55,7 @@ class ComponentSpec:
     options: dict[str, Any] = attrs.field(factory=dict)
     url: str | None = None
     base_dir: Path | None = None
+    url_options: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:

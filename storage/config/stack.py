@@ -11,6 +11,14 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from storage.abilities import (
+    ForwardCheckpoints,
+    ForwardRecords,
+    ForwardReplace,
+    ForwardRetention,
+    ForwardSearch,
+    ForwardSessions,
+)
 from storage.protocol import ChatStorage, ChatStorageWrapper
 from storage.redact import redact_text
 
@@ -50,10 +58,20 @@ def describe(stack: object) -> str:
     return "\n".join(describe_lines(stack))
 
 
-class Stack(ChatStorageWrapper):
+class Stack(
+    ForwardCheckpoints,
+    ForwardReplace,
+    ForwardSessions,
+    ForwardSearch,
+    ForwardRecords,
+    ForwardRetention,
+    ChatStorageWrapper,
+):
     """A built stack: a ``ChatStorage`` that forwards to its outermost layer.
 
-    ``async with`` closes every component (``aclose`` runs down the chain).
+    ``async with`` closes every component (``aclose`` runs down the chain). It forwards every
+    optional ability to the outermost layer; :func:`storage.abilities.find_ability` on a
+    stack still finds an ability only when every component below has it.
 
     Attributes:
         inner: the outermost layer (or the store when there is no layer).

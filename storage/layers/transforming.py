@@ -6,7 +6,19 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias
 
-from storage.history import prepare_batch
+import attrs
+
+from storage.abilities import (
+    ForwardCheckpoints,
+    ForwardRecords,
+    ForwardReplace,
+    ForwardRetention,
+    ForwardSearch,
+    ForwardSessions,
+    SummaryCheckpoint,
+)
+from storage.errors import InvalidMessageError
+from storage.history import prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage, ChatStorageWrapper
 
@@ -17,7 +29,15 @@ MessageTransform: TypeAlias = Callable[
 ]
 
 
-class TransformingChatStorage(ChatStorageWrapper):
+class TransformingChatStorage(
+    ForwardCheckpoints,
+    ForwardReplace,
+    ForwardSessions,
+    ForwardSearch,
+    ForwardRecords,
+    ForwardRetention,
+    ChatStorageWrapper,
+):
     """Run ``transform(message, key)`` on every saved message before the inner store sees it.
 
     The transform may be sync or async. Returning ``None`` drops the message (it is absent
@@ -25,25 +45,36 @@ class TransformingChatStorage(ChatStorageWrapper):
     and nothing of the batch is stored: every message is transformed before the inner store
     is called. Fetches pass through.
 
+    Every path that writes a message transforms it: ``save``, ``save_messages``, ``replace``,
+    ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``). The
+    other abilities pass through unchanged (heads and tails, leases, sessions, search,
+    records, purge); each is present only when the inner store has it
+    (:func:`storage.abilities.find_ability`).
+
     Args:
         inner: the wrapped store.
         transform: ``(message, key) -> ChatMessage | None`` (or an awaitable of it). It must
             keep the message ``id`` so a retried save stays idempotent.
 
     Raises:
-        InvalidMessageError: a message is invalid (checked before the transform sees it).
+        InvalidMessageError: a message is invalid (checked before the transform sees it); a
+            transform dropped a checkpoint's summary message.
     """
 
     def __init__(self, inner: ChatStorage, transform: MessageTransform) -> None:
         super().__init__(inner)
         self.transform = transform
 
+    async def _one(self, key: ChatKey, message: ChatMessage) -> ChatMessage | None:
+        result = self.transform(message, key)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
     async def _apply(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         out: list[ChatMessage] = []
         for message in prepare_batch(messages):
-            result = self.transform(message, key)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await self._one(key, message)
             if result is not None:
                 out.append(result)
         return out
@@ -52,7 +83,8 @@ class TransformingChatStorage(ChatStorageWrapper):
         transformed = await self._apply(key, [message])
         if not transformed:
             return []
-        return await self.inner.save(key, transformed[0])
+        result: list[ChatMessage] = await self.inner.save(key, transformed[0])
+        return result
 
     async def save_messages(
         self, key: ChatKey, messages: Sequence[ChatMessage]
@@ -60,7 +92,59 @@ class TransformingChatStorage(ChatStorageWrapper):
         transformed = await self._apply(key, messages)
         if not transformed:
             return []
-        return await self.inner.save_messages(key, transformed)
+        result: list[ChatMessage] = await self.inner.save_messages(key, transformed)
+        return result
+
+    # --- abilities that carry messages ---------------------------------------------------
+
+    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """Transform ``messages`` like ``save_messages``, then replace the inner record.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a valid history (before the transform),
+                or the transformed one is not (a dropped call orphaning its result).
+        """
+        transformed = await self._apply(key, validate_history(list(messages)))
+        result: list[ChatMessage] = await self.inner.replace(key, transformed)
+        return result
+
+    async def save_messages_if(
+        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
+    ) -> list[ChatMessage]:
+        """Transform ``messages`` like ``save_messages``, then save them if the version holds
+        (the inner store checks it even when every message was dropped).
+
+        Raises:
+            ConflictError: the key's version is not ``expected_version`` (nothing stored).
+        """
+        transformed = await self._apply(key, messages)
+        result: list[ChatMessage] = await self.inner.save_messages_if(
+            key, transformed, expected_version=expected_version
+        )
+        return result
+
+    async def save_checkpoint(
+        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
+    ) -> SummaryCheckpoint | None:
+        """Transform each summary message, then compare-and-set the inner checkpoint.
+
+        Raises:
+            InvalidMessageError: a checkpoint message is invalid, or the transform dropped
+                one (a summary cannot lose a message silently).
+        """
+        messages: list[ChatMessage] = []
+        for index, message in enumerate(prepare_batch(list(checkpoint.messages))):
+            result = await self._one(key, message)
+            if result is None:
+                raise InvalidMessageError(
+                    f"checkpoint message {index}: the transform dropped a summary message"
+                )
+            messages.append(result)
+        transformed = attrs.evolve(checkpoint, messages=tuple(messages))  # type: ignore[arg-type]
+        stored: SummaryCheckpoint | None = await self.inner.save_checkpoint(
+            key, transformed, expected_version=expected_version
+        )
+        return stored
 
     def describe(self) -> str:
         own = getattr(self.transform, "describe", None)

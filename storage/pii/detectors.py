@@ -83,6 +83,7 @@ _LOCAL_RE: Final = re.compile(rf"(?<![{_ATEXT}])[{_ATEXT}]++\Z")
 _DOMAIN_RE: Final = re.compile(r"[\w\-]++(?:\.[\w\-]++)*+")
 _LOCAL_CUT: Final = re.compile(r".*[=/?&|]")
 _USERINFO_RE: Final = re.compile(r"[^\s:/@?#]*:")
+_TLD_PREFIX_RE: Final = re.compile(r"[^\W\d_]{2,}(?=[\d_\-])")
 
 
 def _tld_ok(label: str) -> bool:
@@ -119,6 +120,11 @@ def find_emails(view: TextView) -> Iterator[tuple[int, int]]:
         if trimmed < local_end:
             start = trimmed
         labels = domain.group().split(".")
+        if not _tld_ok(labels[-1]):
+            # Text glued after the address ("a@b.com212-555-0147"): keep the TLD's letters.
+            letters = _TLD_PREFIX_RE.match(labels[-1])
+            if letters is not None:
+                labels[-1] = letters.group()
         while len(labels) > 2 and not _tld_ok(labels[-1]):
             labels.pop()
         if len(labels) < 2 or not _tld_ok(labels[-1]):

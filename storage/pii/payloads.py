@@ -26,6 +26,7 @@ def scrub_json(
     raw: str,
     scrub_string: Callable[[str], str],
     scrub_integer: Callable[[str], str | None],
+    scrub_keyed: Callable[[str, str], str | None] | None = None,
 ) -> str | None:
     """Scrub the JSON document ``raw``; ``None`` when ``raw`` is not a JSON object or array.
 
@@ -34,6 +35,9 @@ def scrub_json(
         scrub_string: maps a decoded string value to its scrubbed text.
         scrub_integer: maps the digits of a non-negative integer of 7+ digits to replacement
             text when the whole number is PII, else ``None``.
+        scrub_keyed: maps (object key, value text) of a string or non-negative integer value
+            that directly follows its key to replacement text when the key names an entity
+            (``"zip": "78750"``), else ``None``; tried before the other two.
 
     Returns:
         ``raw`` itself when nothing changed, else the edited document.
@@ -43,24 +47,38 @@ def scrub_json(
         return None
     try:
         json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # too deep to parse: scrubbed as plain text
         return None
     pieces: list[str] = []
     last = 0
+    key: str | None = None  # the key whose value comes next
+    key_end = 0
     for m in _TOKEN_RE.finditer(raw):
         token = m.group()
+        keyed = key if key is not None and not raw[key_end : m.start()].strip() else None
+        key = None
         if token[0] == '"':
-            if _KEY_COLON_RE.match(raw, m.end()):
-                continue  # an object key
+            colon = _KEY_COLON_RE.match(raw, m.end())
+            if colon is not None:  # an object key
+                if scrub_keyed is not None:
+                    key = json.loads(token) if "\\" in token else token[1:-1]
+                    key_end = colon.end()
+                continue
             value = json.loads(token) if "\\" in token else token[1:-1]
-            new = scrub_string(value)
+            new = scrub_keyed(keyed, value) if keyed is not None and scrub_keyed else None
+            if new is None:
+                new = scrub_string(value)
             if new == value:
                 continue
             replacement = json.dumps(new, ensure_ascii=token.isascii())
         else:
-            if len(token) < 7 or not token.isdigit():
-                continue
-            new_number = scrub_integer(token)
+            new_number = None
+            if keyed is not None and scrub_keyed is not None and token.isdigit():
+                new_number = scrub_keyed(keyed, token)
+            if new_number is None:
+                if len(token) < 7 or not token.isdigit():
+                    continue
+                new_number = scrub_integer(token)
             if new_number is None:
                 continue
             replacement = json.dumps(new_number)

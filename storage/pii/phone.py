@@ -36,7 +36,7 @@ __all__ = ["find_phone_numbers"]
 _CANDIDATE_RE: Final = re.compile(
     r"""
     (?=[+(\d][\d\ .\-()]{6})          # lookahead first: the engine skips to candidates fast
-    (?<![\w+\-.$€£¥#/@])
+    (?:(?<![\w+\-.$€£¥#/@])|(?<=[^\W\d_])(?=\+))  # a "+" may follow a word: "at+1415..."
     (?:\+\ ?)?
     (?:\(\d{1,5}\)|\d{1,15})                                   # first group
     (?:[\ .\-]?\(\d{1,5}\)|(?:(?<=\))|[\ .\-])\d{1,15}){0,7}   # more groups, one separator

@@ -40,6 +40,8 @@ from storage.pii.detectors import (
     find_ip_addresses,
     find_us_ssns,
 )
+from storage.pii.freetext import find_dates_of_birth, find_street_addresses, find_zip_codes
+from storage.pii.keyed import compile_json_keys, keyed_entity
 from storage.pii.known_values import FrozenValues, KnownValues, freeze_known_values
 from storage.pii.ner import EntityRecognizer
 from storage.pii.payloads import scrub_json
@@ -72,6 +74,9 @@ _BUILTIN: Final[dict[str, SpanFinder]] = {
     "US_SSN": find_us_ssns,
     "IP_ADDRESS": find_ip_addresses,
     "PHONE_NUMBER": find_phone_numbers,
+    "DATE_OF_BIRTH": find_dates_of_birth,
+    "STREET_ADDRESS": find_street_addresses,
+    "ZIP_CODE": find_zip_codes,
 }
 #: Every entity the built-in detectors find (Presidio's names where Presidio has one).
 BUILTIN_ENTITIES: Final = tuple(_BUILTIN)
@@ -160,7 +165,8 @@ class PIIScrubber:
             stable across restarts.
         entities: which built-in entities to find (default: all of :data:`BUILTIN_ENTITIES`:
             ``EMAIL_ADDRESS``, ``PHONE_NUMBER``, ``CREDIT_CARD``, ``IBAN_CODE``, ``US_SSN``,
-            ``IP_ADDRESS``, ``API_KEY``, ``JWT``, ``PRIVATE_KEY``, ``PASSWORD``). Custom
+            ``IP_ADDRESS``, ``API_KEY``, ``JWT``, ``PRIVATE_KEY``, ``PASSWORD``,
+            ``DATE_OF_BIRTH``, ``STREET_ADDRESS``, ``ZIP_CODE``). Custom
             detectors, known values and the recognizer are always on.
         mode: ``"redact"`` (placeholders) or ``"mask"`` (card and phone numbers keep their
             last four digits, ``**** **** **** 1234``; other entities get placeholders).
@@ -173,7 +179,14 @@ class PIIScrubber:
             :class:`RegexDetector` (regex + validator), or any callable ``text -> iterable of
             (start, end)``. A built-in name replaces that built-in detector.
         recognizer: an optional :class:`~storage.pii.ner.EntityRecognizer` (a model-based
-            detector such as Presidio or GLiNER, not shipped).
+            detector: :class:`~storage.pii.ner.PresidioRecognizer` with the ``ner`` extra,
+            or any callable of that shape).
+        json_keys: JSON key names whose string or number value is replaced whole, by
+            entity (default :data:`~storage.pii.keyed.DEFAULT_JSON_KEYS`: ``dob``,
+            ``birth_date`` -> ``DATE_OF_BIRTH``; ``address1``, ``street`` ->
+            ``STREET_ADDRESS``; ``zip``, ``postal_code`` -> ``ZIP_CODE``; ``first_name``,
+            ``last_name`` -> ``PERSON``); applies in tool-call arguments, tool results and
+            JSON blocks. ``{}`` turns it off.
 
     Attributes:
         counts: ``Counter`` of the entities replaced since construction, by entity name.
@@ -194,6 +207,7 @@ class PIIScrubber:
         known_values_for: KnownValuesFor | None = None,
         detectors: Mapping[str, CustomDetector] | None = None,
         recognizer: EntityRecognizer | None = None,
+        json_keys: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self._secret, self._secret_source = _load_secret(secret)
         # Warned on the first scrub, not here: a stack built only to read must stay quiet.
@@ -234,6 +248,7 @@ class PIIScrubber:
         if recognizer is not None and not callable(recognizer):
             raise ConfigError("recognizer must be callable: text -> [(start, end, entity)]")
         self._recognizer = recognizer
+        self._json_keys = compile_json_keys(json_keys)
         self.counts: Counter[str] = Counter()
         self._hashers: dict[ChatKey, KeyedHasher] = {}
 
@@ -255,7 +270,7 @@ class PIIScrubber:
             if new_content != content:
                 changes["content"] = new_content
         elif isinstance(content, tuple) and content:
-            parts = [self._scrub_part(part, scrub) for part in content]
+            parts = [self._scrub_part(part, scrub, run) for part in content]
             if any(new is not old for new, old in zip(parts, content, strict=True)):
                 changes["content"] = tuple(parts)
         if message.tool_calls:
@@ -367,18 +382,14 @@ class PIIScrubber:
         return "".join(pieces)
 
     @staticmethod
-    def _scrub_part(part: Any, scrub: Callable[[str], str]) -> Any:
-        if isinstance(part, Mapping):
-            text = part.get("text")
-            if isinstance(text, str):
-                new = scrub(text)
-                if new != text:
-                    return {**part, "text": new}
-        return part
+    def _scrub_part(part: Any, scrub: Callable[[str], str], run: _Run) -> Any:
+        """One content part, every field that carries text (see :func:`_scrub_part`)."""
+        return _scrub_part(part, scrub, run)
 
     @staticmethod
     def _scrub_extra(extra: Mapping[str, Any], run: _Run) -> dict[str, Any] | None:
-        """Legacy ``function_call`` arguments and ``refusal`` text; ``None`` if unchanged."""
+        """Legacy ``function_call`` arguments, the ``refusal`` text and the assistant audio's
+        ``transcript`` (never its base64 ``data``); ``None`` if unchanged."""
         out = dict(extra)
         call = extra.get("function_call")
         if isinstance(call, Mapping) and isinstance(call.get("arguments"), str):
@@ -388,8 +399,119 @@ class PIIScrubber:
         refusal = extra.get("refusal")
         if isinstance(refusal, str):
             out["refusal"] = run.text(refusal)
+        audio = extra.get("audio")
+        if isinstance(audio, Mapping) and isinstance(audio.get("transcript"), str):
+            transcript = run.text(audio["transcript"])
+            if transcript != audio["transcript"]:
+                out["audio"] = {**audio, "transcript": transcript}
         changed = any(out[k] is not extra[k] and out[k] != extra[k] for k in out)
         return out if changed else None
+
+
+def _scrub_url(url: str, run: _Run) -> str:
+    """A URL's text (path, query string, fragment); a ``data:`` URL is payload: kept."""
+    if url[:5].lower() == "data:":
+        return url
+    return run.text(url)
+
+
+def _with(part: Mapping[str, Any], field: str, new: Any) -> Mapping[str, Any] | dict[str, Any]:
+    return part if new is part[field] else {**part, field: new}
+
+
+def _scrub_part(part: Any, scrub: Callable[[str], str], run: _Run) -> Any:
+    """Scrub one content part; ``part`` itself when nothing changed.
+
+    OpenAI parts: ``text``; ``refusal``; ``image_url.url`` (a ``data:`` URL is base64 payload
+    and is kept); ``file.filename`` (``file_data`` is base64 and ``file_id`` an id: kept);
+    ``input_audio`` is payload only. agent-squad (Bedrock) blocks: ``text``; ``toolResult``
+    whose ``content`` holds ``{"text"}`` and ``{"json"}`` blocks (string values scrubbed,
+    keys kept); ``toolUse.input`` (the call's arguments as a JSON object).
+    """
+    if not isinstance(part, Mapping):
+        return part
+    out: Mapping[str, Any] = part
+    for field in ("text", "refusal"):
+        value = out.get(field)
+        if isinstance(value, str):
+            new = scrub(value)
+            if new != value:
+                out = {**out, field: new}
+    image = out.get("image_url")
+    if isinstance(image, Mapping) and isinstance(image.get("url"), str):
+        url = _scrub_url(image["url"], run)
+        if url != image["url"]:
+            out = {**out, "image_url": {**image, "url": url}}
+    elif isinstance(image, str):  # the older shorthand: "image_url": "https://..."
+        url = _scrub_url(image, run)
+        if url != image:
+            out = {**out, "image_url": url}
+    file = out.get("file")
+    if isinstance(file, Mapping) and isinstance(file.get("filename"), str):
+        filename = run.text(file["filename"])
+        if filename != file["filename"]:
+            out = {**out, "file": {**file, "filename": filename}}
+    result = out.get("toolResult")
+    if isinstance(result, Mapping) and isinstance(result.get("content"), list | tuple):
+        blocks = [_scrub_block(block, run) for block in result["content"]]
+        if any(new is not old for new, old in zip(blocks, result["content"], strict=True)):
+            out = {**out, "toolResult": {**result, "content": blocks}}
+    use = out.get("toolUse")
+    if isinstance(use, Mapping) and isinstance(use.get("input"), Mapping):
+        new_input = _scrub_json_value(use["input"], run, None)
+        if new_input is not use["input"]:
+            out = {**out, "toolUse": {**use, "input": new_input}}
+    return out
+
+
+def _scrub_block(block: Any, run: _Run) -> Any:
+    """One block of an agent-squad ``toolResult``: ``{"text": ...}`` or ``{"json": ...}``."""
+    if not isinstance(block, Mapping):
+        return block
+    out: Mapping[str, Any] = block
+    text = block.get("text")
+    if isinstance(text, str):
+        new = run.payload(text)
+        if new != text:
+            out = {**out, "text": new}
+    if "json" in block:
+        value = _scrub_json_value(block["json"], run, None)
+        if value is not block["json"]:
+            out = {**out, "json": value}
+    return out
+
+
+def _scrub_json_value(value: Any, run: _Run, key: str | None) -> Any:
+    """Scrub JSON data already parsed (a tool's input or result): string values, and whole
+    integers that are PII; keys kept; a value under a key that names an entity (``"dob"``,
+    ``"zip"``) is replaced whole. ``value`` itself when unchanged. Depth is bounded by
+    validation (``MAX_DEPTH``)."""
+    if isinstance(value, str):
+        keyed = run.keyed(key, value) if key is not None else None
+        if keyed is not None:
+            return keyed
+        scrubbed = run.payload(value)
+        return value if scrubbed == value else scrubbed
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        digits = str(value)
+        if key is not None and value >= 0:
+            keyed = run.keyed(key, digits)
+            if keyed is not None:
+                return keyed
+        if value >= 0 and len(digits) >= 7:
+            replaced = run.integer(digits)
+            if replaced is not None:
+                return replaced
+        return value
+    if isinstance(value, Mapping):
+        items = {k: _scrub_json_value(v, run, k if isinstance(k, str) else None) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, list | tuple):
+        values = [_scrub_json_value(v, run, key) for v in value]
+        return value if all(a is b for a, b in zip(values, value, strict=True)) else values
+    return value
 
 
 def _outside_placeholders(
@@ -431,14 +553,24 @@ class _Run:
 
     def payload(self, text: str) -> str:
         """A JSON document value by value, or plain text when it is not JSON."""
-        scrubbed = scrub_json(text, self.text, self._integer)
+        scrubbed = scrub_json(text, self.text, self.integer, self.keyed)
         return self.text(text) if scrubbed is None else scrubbed
 
-    def _integer(self, digits: str) -> str | None:
+    def integer(self, digits: str) -> str | None:
+        """A placeholder for a whole integer that is PII (a card number), else ``None``."""
         found = self._owner._find(digits, self._known)
         if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
             return self._owner._replace(digits, found, self._hasher)
         return None
+
+    def keyed(self, key: str, value: str) -> str | None:
+        """A placeholder for ``value`` under a JSON ``key`` that names an entity, else None."""
+        owner = self._owner
+        entity = keyed_entity(owner._json_keys, key, value)
+        if entity is None or PLACEHOLDER_RE.fullmatch(value) is not None:
+            return None
+        owner.counts[entity] += 1
+        return self._hasher.placeholder(entity, value)
 
 
 def _scrub_value(value: Any, run: _Run) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import attrs
 
 from storage.stores.jsonl.fsutil import fsync_dir, tmp_path, unlink, write_atomic
-from storage.stores.jsonl.lines import decode_entry, memory_lines, scan
+from storage.stores.jsonl.lines import decode_entry, format_header, memory_lines, scan
 from storage.stores.jsonl.locks import flock
 from storage.stores.jsonl.names import Paths
 
@@ -55,16 +55,18 @@ def compact_file(path: str) -> CompactResult | None:
         return None
     # Keep exactly the lines a reader keeps, whole batches only, so reads are unchanged.
     found = scan(memory_lines(data), decode_entry)
-    kept: list[bytes] = []
+    kept: list[bytes] = [] if found.header is None else [format_header(found.header)]
     for offset, _, _ in found.entries:
         end = data.find(b"\n", offset)
         kept.append(data[offset : end if end >= 0 else len(data)] + b"\n")
     body = b"".join(kept)
     if body == data:
-        return CompactResult(path, len(kept), 0, len(data), len(data))
+        lines = len(kept) - (found.header is not None)
+        return CompactResult(path, lines, 0, len(data), len(data))
     write_atomic(path, body)
     fsync_dir(os.path.dirname(path))
-    return CompactResult(path, len(kept), len(found.skipped), len(data), len(body))
+    lines = len(kept) - (found.header is not None)
+    return CompactResult(path, lines, len(found.skipped), len(data), len(body))
 
 
 def compact_files(

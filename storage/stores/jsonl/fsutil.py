@@ -23,25 +23,32 @@ def tmp_path(path: str) -> str:
     return os.path.join(head, f".{name}{_TMP_SUFFIX}")
 
 
-def write_atomic(path: str, body: bytes) -> None:
-    """Replace ``path`` by ``body`` (0600): written to :func:`tmp_path`, fsynced, renamed.
+def write_atomic(path: str, body: bytes, *, sync: bool = True, tmp: str | None = None) -> None:
+    """Replace ``path`` by ``body`` (0600): written to a temporary file (:func:`tmp_path`
+    unless ``tmp`` names another), fsynced (unless ``sync`` is false), renamed.
 
     Readers and a crash see the old file or the new one, never a part. The directory entry
-    is not fsynced here (the caller does it when the rename must be durable).
+    is not fsynced here (the caller does it when the rename must be durable). A failed write
+    removes its temporary file.
 
     Raises:
         OSError: the temporary file cannot be written or renamed.
     """
-    tmp = tmp_path(path)
+    tmp = tmp or tmp_path(path)
     fd = os.open(tmp, _O_CREATE, 0o600)
     try:
-        view = memoryview(body)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink(tmp)
+        raise
 
 
 def fsync_dir(path: str) -> None:

@@ -2,7 +2,15 @@
 
 ::
 
+    {"hdr":1,"epoch":"9f86d081884c7d659a2feaa0c55ad015"}
     {"seq":1718000000000001,"to":1718000000000003,"v":1,"id":"...","at":"...","m":{...}}
+    {"seq":1718000000000004,"rec":1,"id":"...","kind":"tool_approval","at":"...","data":{...}}
+
+The first line of a file is its header: the key's epoch (random, new whenever the file is
+rewritten without some of its messages). A file without one (written before headers, or whose
+first write was torn) takes its epoch from its first line's ``seq`` (:func:`fallback_epoch`).
+Record lines (``"rec":1``) hold application records: they share the session's ``seq`` and are
+skipped by every message read.
 
 ``seq`` is unique and increasing within a session (all agents). ``to`` marks the lines of a
 multi-message batch that are not its last (it names the batch's last ``seq``): a reader keeps
@@ -19,24 +27,100 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime, timedelta
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final, TypeVar
 
 import attrs
 
+from storage.abilities import ConversationRecord
 from storage.codec import decode, encode
 from storage.errors import CorruptRecordError
-from storage.message import ChatMessage
+from storage.message import ChatMessage, thaw
 
 T = TypeVar("T")
 Parsed = tuple[int, int | None, T]  # (seq, to, payload) of a valid line
-Entry = Parsed[ChatMessage]
+Item = ChatMessage | ConversationRecord
+Entry = Parsed[Item]
 Line = tuple[int, bytes, bool]  # (offset, bytes without the newline, terminated)
 
 _SEQ: Final = b'{"seq":'
 _TO: Final = b'"to":'
 _ID: Final = b'"v":1,"id":"'  # what codec.encode writes first; anything else takes the slow path
 TORN_MARK: Final = b" torn\n"  # ends a torn tail the next writer found: never valid JSON after it
+_HDR: Final = b'{"hdr":1,"epoch":"'
+_REC: Final = b'"rec":1,'
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+IdKey = str | tuple[str, str]  # a message id, or ("rec", id) for a record: never equal
+
+
+def record_key(record_id: str) -> tuple[str, str]:
+    """A record's id as the writer's duplicate check keeps it, apart from message ids."""
+    return ("rec", record_id)
+
+
+def format_header(epoch: str) -> bytes:
+    """The header line of a file (with its newline)."""
+    return _HDR + epoch.encode("ascii") + b'"}\n'
+
+
+def parse_header(line: bytes) -> str | None:
+    """The epoch of a header line (without its newline), or ``None``."""
+    if line.startswith(_HDR) and line.endswith(b'"}'):
+        epoch = line[len(_HDR) : -2]
+        if epoch and epoch.isalnum() and epoch.isascii():
+            return epoch.decode("ascii")
+    return None
+
+
+def fallback_epoch(seq: int) -> str:
+    """The epoch of a file without a header whose first line has ``seq``."""
+    return f"s{seq}"
+
+
+def first_seq(line: bytes) -> int | None:
+    """The ``seq`` a line starts with, or ``None``."""
+    head = _head(line)
+    return None if head is None else head[0]
+
+
+def format_record(seq: int, record: ConversationRecord) -> bytes:
+    """The line of an application record (with its newline); ``created_at`` must be set.
+
+    Raises:
+        TypeError, ValueError: ``data`` is not JSON data.
+    """
+    assert record.created_at is not None
+    return b'{"seq":%d,%b"id":%b,"kind":%b,"at":"%b","data":%b}\n' % (
+        seq,
+        _REC,
+        _dumps(record.id).encode("utf-8"),
+        _dumps(record.kind).encode("utf-8"),
+        record.created_at.isoformat().encode("ascii"),
+        _dumps(thaw(record.data)).encode("utf-8"),
+    )
+
+
+def single_line(line: bytes) -> bytes:
+    """A valid line without its batch mark (``to``): for files rewritten whole, where a batch
+    needs no mark (the rename makes it atomic) and some of its lines may be gone."""
+    head = _head(line)
+    if head is None or head[1] is None:
+        return line
+    return b'{"seq":%d,%b' % (head[0], line[head[2] :])
+
+
+def _decode_record(seq: int, line: bytes) -> ConversationRecord:
+    try:
+        raw = json.loads(line)
+        kind, data, rid = raw["kind"], raw["data"], raw["id"]
+        if not (isinstance(kind, str) and isinstance(rid, str) and isinstance(data, dict)):
+            raise TypeError("bad field types")
+        return ConversationRecord(kind, data, rid, datetime.fromisoformat(raw["at"]), seq)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRecordError(f"cannot decode a stored record: {exc!r}") from exc
 
 
 def format_batch(first: int, messages: Sequence[ChatMessage]) -> list[bytes]:
@@ -97,21 +181,32 @@ def _quick_id(line: bytes, start: int) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_id(line: bytes) -> Parsed[str] | None:
-    """``(seq, to, message id)`` of a line, checked cheaply (see :func:`_quick_id`)."""
+def parse_id(line: bytes) -> Parsed[IdKey] | None:
+    """``(seq, to, message id)`` of a line, checked cheaply (see :func:`_quick_id`); a
+    record's id comes as :func:`record_key`."""
     head = _head(line)
     if head is None:
         return None
+    if line.startswith(_REC, head[2]):
+        if head[1] is not None:
+            return None
+        parsed = decode_entry(line)
+        return None if parsed is None else (head[0], None, record_key(parsed[2].id))
     found = _quick_id(line, head[2])
     return None if found is None else (head[0], head[1], found)
 
 
 def decode_entry(line: bytes) -> Entry | None:
-    """``(seq, to, message)`` of a line, fully decoded, or ``None`` when it does not decode."""
+    """``(seq, to, message or record)`` of a line, fully decoded, or ``None`` when it does
+    not decode."""
     head = _head(line)
     if head is None:
         return None
     try:
+        if line.startswith(_REC, head[2]):
+            if head[1] is not None:
+                return None
+            return head[0], None, _decode_record(head[0], line)
         # json.loads on str skips its encoding sniffing: a third faster than on bytes.
         return head[0], head[1], decode(line.decode("utf-8"))
     except (CorruptRecordError, UnicodeDecodeError):
@@ -121,7 +216,10 @@ def decode_entry(line: bytes) -> Entry | None:
 def parse_torn_id(line: bytes) -> Parsed[object] | None:
     """A torn tail counts only if it decodes fully (it lacks just its newline)."""
     parsed = decode_entry(line)
-    return None if parsed is None else (parsed[0], parsed[1], parsed[2].id)
+    if parsed is None:
+        return None
+    item = parsed[2]
+    return parsed[0], parsed[1], item.id if type(item) is ChatMessage else record_key(item.id)
 
 
 def continues(prev_seq: int, prev_to: int, seq: int, to: int | None) -> bool:
@@ -179,6 +277,15 @@ class Scan:
     last_valid_end: int = 0  # offset just past the last valid line
     last_line_at: int = -1  # offset of the last line seen
     open_tail: bool | None = None  # a final unterminated segment: whether it is a record
+    header: str | None = None  # the epoch of the header line (when the scan started at 0)
+    first_seq: int | None = None  # seq of the first line with one (a headerless file's epoch)
+
+    @property
+    def epoch(self) -> str:
+        """The file's epoch (a scan from offset 0): its header's, or from its first seq."""
+        if self.header is not None:
+            return self.header
+        return "" if self.first_seq is None else fallback_epoch(self.first_seq)
 
 
 def scan(
@@ -196,6 +303,13 @@ def scan(
     entries = out.entries
     for offset, line, terminated in lines:
         out.last_line_at = offset
+        if not offset and terminated and line.startswith(_HDR):
+            out.header = parse_header(line)
+            if out.header is not None:
+                out.last_valid_end = len(line) + 1
+                continue
+        if out.first_seq is None and out.header is None:
+            out.first_seq = first_seq(line)
         if terminated:
             parsed = parse(line)
         else:
@@ -234,3 +348,35 @@ def scan(
                 out.skipped.append(offset)
     out.skipped.extend(p[0] for p in pending)  # a batch cut short at the end of the file
     return out
+
+
+_AT: Final = b'","at":"'
+_UNIX: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_us(moment: datetime) -> int:
+    return (moment - _UNIX) // timedelta(microseconds=1)
+
+
+def parse_time(line: bytes) -> Parsed[int | None] | None:
+    """``(seq, to, created_at in µs since the Unix epoch)`` of a message line, ``(seq, None,
+    None)`` for a record line, ``None`` for a line that is not valid; checked cheaply, as
+    :func:`parse_id` does (counts and times of ``list_sessions`` and retention)."""
+    head = _head(line)
+    if head is None:
+        return None
+    seq, to, start = head
+    if line.startswith(_REC, start):
+        return (seq, None, None) if to is None and line.endswith(b"}") else None
+    if _quick_id(line, start) is None:
+        return None
+    begin = line.find(_AT, start)
+    try:
+        if begin > 0:
+            begin += len(_AT)
+            at = datetime.fromisoformat(line[begin : line.index(b'"', begin)].decode("ascii"))
+        else:
+            at = datetime.fromisoformat(json.loads(line)["at"])
+        return seq, to, to_us(at)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None

@@ -4,8 +4,15 @@ Layout under the store's root (every name is built by :func:`encode_name`, never
 text)::
 
     <user>/<session>/.lock            flock + the session's sequence counter
-    <user>/<session>/<agent>.jsonl    the conversation, one message per line
+    <user>/<session>/.summary         cached per-file counts and times (``sessions``)
+    <user>/<session>/<agent>.jsonl    the conversation: a header line, then one message or
+                                      record per line
     <user>/<session>/<agent>.key      only when a part was hashed: the full key (the sidecar)
+    <user>/<session>/<agent>.ckpt     the summary checkpoint (``checkpoints``)
+    <user>/<session>/<agent>.lease    the summarizing lease (``leases``)
+
+Every file of one key is named ``<agent><suffix>`` or ``.<agent><suffix>.tmp`` (its temporary
+file); an encoded name never holds a dot, so :func:`is_key_file` finds exactly a key's files.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from storage.stores.jsonl.fsutil import write_atomic
 LOCK_NAME: Final = ".lock"
 DATA_SUFFIX: Final = ".jsonl"
 KEY_SUFFIX: Final = ".key"
+CKPT_SUFFIX: Final = ".ckpt"
+LEASE_SUFFIX: Final = ".lease"
+SUMMARY_NAME: Final = ".summary"
 
 _PLAIN: Final = re.compile(r"[a-z0-9_-]+")
 _SAFE: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -82,13 +92,20 @@ def decode_name(name: str) -> str | None:
 
 @attrs.frozen(slots=True)
 class Paths:
-    """The files of one key (``data`` and ``sidecar`` empty for a whole session)."""
+    """The files of one key (``data``, ``ckpt``, ``lease`` empty for a whole session)."""
 
     user_dir: str
     session_dir: str
     lock: str
     data: str
     sidecar: str | None  # set when a part was hashed: the full key lives there
+    ckpt: str = ""
+    lease: str = ""
+
+    @property
+    def agent_name(self) -> str:
+        """The encoded agent part (``""`` for a whole session)."""
+        return os.path.basename(self.data)[: -len(DATA_SUFFIX)] if self.data else ""
 
 
 @lru_cache(maxsize=4096)
@@ -106,7 +123,20 @@ def key_paths(root: str, user_id: str, session_id: str, agent_id: str) -> Paths:
         os.path.join(session_dir, LOCK_NAME),
         os.path.join(session_dir, agent + DATA_SUFFIX),
         os.path.join(session_dir, agent + KEY_SUFFIX) if hashed else None,
+        os.path.join(session_dir, agent + CKPT_SUFFIX),
+        os.path.join(session_dir, agent + LEASE_SUFFIX),
     )
+
+
+_KEY_SUFFIXES: Final = (DATA_SUFFIX, KEY_SUFFIX, CKPT_SUFFIX, LEASE_SUFFIX)
+
+
+def is_key_file(name: str, agent_name: str) -> bool:
+    """Whether the file ``name`` of a session directory belongs to the agent ``agent_name``:
+    ``<agent><suffix>`` or the temporary ``.<agent><suffix>.tmp`` a rewrite of it leaves."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        name = name[1:-4]
+    return name.startswith(agent_name) and name[len(agent_name) :] in _KEY_SUFFIXES
 
 
 def session_paths(user_dir: str, session_dir: str) -> Paths:

@@ -1,6 +1,11 @@
 """Reading conversations without a lock: a whole file forward, the newest messages backwards
-from the end, a session's files merged in save order. Decoded lines come from and go to the
+from the end (``fetch(limit)``, ``head``, ``fetch_since``), a file's epoch from its first
+line, a session's rows for the merge. Decoded lines come from and go to the
 :class:`~storage.stores.jsonl.cache.LineCache`; a skipped line is logged once per process.
+
+Every read opens the file once and reads through that descriptor, so it sees one file: a
+rewrite (compaction, ``replace``, a purge) renames a new file over the path, and a reader
+holding the old one reads it whole.
 """
 
 from __future__ import annotations
@@ -12,11 +17,23 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
+from storage.abilities import ConversationRecord
 from storage.history import drop_orphaned_results
-from storage.message import AgentMessage, ChatMessage
+from storage.message import ChatMessage
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ
-from storage.stores.jsonl.lines import Entry, continues, decode_entry, read_lines, scan
+from storage.stores.jsonl.lines import (
+    Entry,
+    Item,
+    Scan,
+    continues,
+    decode_entry,
+    fallback_epoch,
+    first_seq,
+    parse_header,
+    read_lines,
+    scan,
+)
 from storage.stores.jsonl.locks import writer_active
 from storage.stores.jsonl.names import LOCK_NAME
 from storage.stores.jsonl.tree import agent_of
@@ -60,19 +77,15 @@ def _report(path: str, lock_path: str, skipped: Sequence[int], tail_start: int) 
     _warn_skipped(path, skipped)
 
 
-# --- reads ------------------------------------------------------------------------------------
+# --- forward reads ---------------------------------------------------------------------------
 
 
-def load_messages(path: str, lock_path: str, cache: LineCache) -> list[tuple[int, ChatMessage]]:
-    """Every valid ``(seq, message)`` of a file in file order (``[]`` when it is missing).
+def scan_fd(fd: int, path: str, lock_path: str, cache: LineCache) -> Scan:
+    """Every valid line of an open file, forward (entries: ``(offset, seq, item)``).
 
     Raises:
-        OSError: the file exists but cannot be read.
+        OSError: the file cannot be read.
     """
-    try:
-        fd = os.open(path, O_READ)
-    except FileNotFoundError:
-        return []
     known = cache.lines(path) or {}
     new: list[tuple[bytes, Entry]] = []
 
@@ -84,22 +97,164 @@ def load_messages(path: str, lock_path: str, cache: LineCache) -> list[tuple[int
                 new.append((line, entry))
         return entry
 
-    try:
-        found = scan(read_lines(fd, 0, os.fstat(fd).st_size), parse)
-    finally:
-        os.close(fd)
+    found = scan(read_lines(fd, 0, os.fstat(fd).st_size), parse)
     new.reverse()
     cache.add(path, new)
     _report(path, lock_path, found.skipped, found.last_valid_end)
-    return [(seq, payload) for _, seq, payload in found.entries]  # type: ignore[misc]
+    return found
+
+
+def load_items(path: str, lock_path: str, cache: LineCache) -> tuple[str, list[tuple[int, Item]]]:
+    """The file's epoch and every valid ``(seq, message or record)`` in file order
+    (``("", [])`` when it is missing).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        fd = os.open(path, O_READ)
+    except FileNotFoundError:
+        return "", []
+    try:
+        found = scan_fd(fd, path, lock_path, cache)
+    finally:
+        os.close(fd)
+    return found.epoch, [(seq, item) for _, seq, item in found.entries]  # type: ignore[misc]
+
+
+def load_messages(path: str, lock_path: str, cache: LineCache) -> list[tuple[int, ChatMessage]]:
+    """Every valid ``(seq, message)`` of a file in file order (``[]`` when it is missing).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    _, items = load_items(path, lock_path, cache)
+    return [(seq, item) for seq, item in items if type(item) is ChatMessage]
+
+
+def load_records(path: str, lock_path: str, cache: LineCache) -> list[ConversationRecord]:
+    """Every valid record of a file in file order (= ``seq`` order).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    _, items = load_items(path, lock_path, cache)
+    return [item for _, item in items if type(item) is ConversationRecord]
+
+
+# --- the epoch --------------------------------------------------------------------------------
+
+
+def epoch_of(fd: int) -> str:
+    """The epoch of an open file: its header's, or from the first line holding a ``seq``
+    (``""`` when no line has one).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    first = os.pread(fd, 4096, 0)
+    end = first.find(b"\n")
+    if end >= 0:
+        epoch = parse_header(first[:end])
+        if epoch is not None:
+            return epoch
+    for _, line, _ in read_lines(fd, 0, os.fstat(fd).st_size, 4096):
+        seq = first_seq(line)
+        if seq is not None:
+            return fallback_epoch(seq)
+    return ""
+
+
+# --- backward reads ---------------------------------------------------------------------------
+
+
+def read_back(
+    fd: int, path: str, lock_path: str, cache: LineCache, limit: int | None, after: int
+) -> tuple[list[tuple[int, ChatMessage]], int]:
+    """The newest valid messages of an open file, newest first, reading backwards from its
+    end: at most ``limit`` (``None``: no limit), stopping at the first with ``seq <= after``;
+    and the ``seq`` of the newest valid message (0: none).
+
+    A line counts only when it decodes and, if it belongs to a batch, every later line of that
+    batch is there (``to``); records and the header are passed over.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    known = cache.lines(path) or {}
+    new: list[tuple[bytes, Entry]] = []
+    out: list[tuple[int, ChatMessage]] = []
+    skipped: list[int] = []
+    tail_start = -1  # offset just past the newest valid line
+    pos = os.fstat(fd).st_size
+    chunk = min(max(_FIRST_CHUNK, (limit or 32) * 512), 1 << 20)
+    carry = b""
+    next_ok = False
+    next_seq = 0
+    next_to: int | None = None
+    newest = 0
+    done = False
+    while pos > 0 and not done:
+        start = pos - chunk if pos > chunk else 0
+        buf = os.pread(fd, pos - start, start)
+        if len(buf) != pos - start:  # truncated under us: keep what was read
+            break
+        if carry:
+            buf += carry
+        parts = buf.split(b"\n")
+        end = start + len(buf)
+        first_kept = 1 if start > 0 else 0
+        for i in range(len(parts) - 1, first_kept - 1, -1):
+            line = parts[i]
+            offset = end - len(line)
+            end = offset - 1
+            if not line:
+                next_ok = False  # an empty line ends any batch (or is the final newline)
+                continue
+            entry = known.get(line)
+            if entry is None:
+                if not offset and parse_header(line) is not None:
+                    continue
+                entry = decode_entry(line)
+                if entry is None:
+                    skipped.append(offset)
+                    next_ok = False
+                    continue
+                new.append((line, entry))
+            seq, to, item = entry
+            ok = to is None or (next_ok and to > seq and continues(seq, to, next_seq, next_to))
+            next_ok, next_seq, next_to = ok, seq, to
+            if not ok:
+                skipped.append(offset)
+                continue
+            if type(item) is not ChatMessage:
+                continue  # a record: never a message
+            if not newest:
+                newest = seq
+            if seq <= after:
+                done = True
+                break
+            if tail_start < 0:
+                tail_start = offset + len(line) + 1
+            out.append((seq, item))
+            if len(out) == limit:
+                done = True
+                break
+        carry = parts[0] if start > 0 else b""
+        pos = start
+        chunk *= 2
+    if new:
+        cache.add(path, new)
+    if skipped:
+        _report(path, lock_path, skipped, tail_start if tail_start >= 0 else 0)
+    return out, newest
 
 
 def tail_messages(path: str, lock_path: str, limit: int, cache: LineCache) -> list[ChatMessage]:
     """The newest ``limit`` valid messages, oldest first, reading backwards from the end.
 
-    Reads about ``limit`` lines whatever the file's length. A line counts only when it decodes
-    and, if it belongs to a batch, every later line of that batch is there (``to``). The
-    result never starts with a tool result (its call would be missing).
+    Reads about ``limit`` lines whatever the file's length. The result never starts with a
+    tool result (its call would be missing).
 
     Raises:
         OSError: the file exists but cannot be read.
@@ -108,73 +263,42 @@ def tail_messages(path: str, lock_path: str, limit: int, cache: LineCache) -> li
         fd = os.open(path, O_READ)
     except FileNotFoundError:
         return []
-    known = cache.lines(path) or {}
-    new: list[tuple[bytes, Entry]] = []
-    out: list[ChatMessage] = []
-    skipped: list[int] = []
-    tail_start = -1  # offset just past the newest valid line
     try:
-        pos = os.fstat(fd).st_size
-        chunk = min(max(_FIRST_CHUNK, limit * 512), 1 << 20)
-        carry = b""
-        next_ok = False
-        next_seq = 0
-        next_to: int | None = None
-        while pos > 0:
-            start = pos - chunk if pos > chunk else 0
-            buf = os.pread(fd, pos - start, start)
-            if len(buf) != pos - start:  # truncated under us: keep what was read
-                break
-            if carry:
-                buf += carry
-            parts = buf.split(b"\n")
-            end = start + len(buf)
-            first_kept = 1 if start > 0 else 0
-            for i in range(len(parts) - 1, first_kept - 1, -1):
-                line = parts[i]
-                offset = end - len(line)
-                end = offset - 1
-                if not line:
-                    next_ok = False  # an empty line ends any batch (or is the final newline)
-                    continue
-                entry = known.get(line)
-                if entry is None:
-                    entry = decode_entry(line)
-                    if entry is None:
-                        skipped.append(offset)
-                        next_ok = False
-                        continue
-                    new.append((line, entry))
-                seq, to, message = entry
-                ok = to is None or (next_ok and to > seq and continues(seq, to, next_seq, next_to))
-                next_ok, next_seq, next_to = ok, seq, to
-                if not ok:
-                    skipped.append(offset)
-                    continue
-                if tail_start < 0:
-                    tail_start = offset + len(line) + 1
-                out.append(message)
-                if len(out) == limit:
-                    break
-            if len(out) == limit:
-                break
-            carry = parts[0] if start > 0 else b""
-            pos = start
-            chunk *= 2
+        rows, _ = read_back(fd, path, lock_path, cache, limit, 0)
     finally:
         os.close(fd)
-    if new:
-        cache.add(path, new)
-    if skipped:
-        _report(path, lock_path, skipped, tail_start if tail_start >= 0 else 0)
-    out.reverse()
+    out = [message for _, message in reversed(rows)]
     return drop_orphaned_results(out)
 
 
-def merge_session(
+def read_since(
+    path: str, lock_path: str, after: int, cache: LineCache, limit: int | None = None
+) -> tuple[str, int, list[tuple[int, ChatMessage]]]:
+    """The key's epoch (``""`` when it holds no message), the ``seq`` of its newest message
+    (0: none) and its messages with ``seq > after`` (at most the newest ``limit``), oldest
+    first, all from one descriptor: one snapshot.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        fd = os.open(path, O_READ)
+    except FileNotFoundError:
+        return "", 0, []
+    try:
+        rows, newest = read_back(fd, path, lock_path, cache, limit, after)
+        epoch = epoch_of(fd) if newest else ""
+    finally:
+        os.close(fd)
+    rows.reverse()
+    return epoch, newest, rows
+
+
+def session_rows(
     session_dir: str, files: list[tuple[str, str, int]], cache: LineCache
-) -> list[AgentMessage]:
-    """Every agent's messages of a session by ``created_at``, then save order (``seq``).
+) -> list[tuple[datetime, int, str, ChatMessage]]:
+    """Every agent's messages of a session as ``(created_at, seq, agent_id, message)``, for
+    the merge of ``fetch_all_chats`` (``BaseStore`` sorts them).
 
     ``files`` are the session's ``(name, path, size)`` (``tree.session_files``); a file whose
     name is not a key this store wrote is skipped with a warning.
@@ -183,16 +307,15 @@ def merge_session(
         OSError: a file exists but cannot be read.
     """
     lock_path = os.path.join(session_dir, LOCK_NAME)
-    rows: list[tuple[datetime, int, int, int, str, ChatMessage]] = []
-    for file_no, (name, path, size) in enumerate(files):
+    rows: list[tuple[datetime, int, str, ChatMessage]] = []
+    for name, path, size in files:
         if not size:
             continue
         agent = agent_of(session_dir, name)
         if agent is None:
             log.warning("%s: skipped a file whose name is not a key this store wrote", path)
             continue
-        for line_no, (seq, message) in enumerate(load_messages(path, lock_path, cache)):
+        for seq, message in load_messages(path, lock_path, cache):
             assert message.created_at is not None
-            rows.append((message.created_at, seq, file_no, line_no, agent, message))
-    rows.sort(key=lambda row: row[:4])
-    return [AgentMessage(agent, message) for *_, agent, message in rows]
+            rows.append((message.created_at, seq, agent, message))
+    return rows

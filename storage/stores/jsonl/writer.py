@@ -11,21 +11,28 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Final, Literal
 
 import attrs
 
+from storage.abilities import ConversationRecord
 from storage.message import ChatKey, ChatMessage
 from storage.stores.jsonl.fsutil import fsync_dir, fsync_paths
 from storage.stores.jsonl.lines import (
     TORN_MARK,
+    IdKey,
     format_batch,
+    format_header,
+    format_record,
     parse_id,
     parse_torn_id,
     read_lines,
+    record_key,
     scan,
 )
 from storage.stores.jsonl.locks import WouldBlock, flock, read_counter, reserve
@@ -37,6 +44,15 @@ FsyncPolicy = Literal["always", "batch", "never"]
 
 _O_APPEND: Final = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _MAX_DIRTY: Final = 4096
+
+# Called under the flock with the data file's descriptor before anything is written (the
+# version check of ``save_messages_if``); raises to write nothing.
+Precondition = Callable[[int], None]
+
+
+def new_epoch() -> str:
+    """A fresh random epoch (128 bits, hex)."""
+    return secrets.token_hex(16)
 
 
 @attrs.define(slots=True)
@@ -54,7 +70,7 @@ class KeyState:
     size: int = 0
     head_at: int = 0
     head: bytes = b""
-    ids: set[str] = attrs.Factory(set)
+    ids: set[IdKey] = attrs.Factory(set)  # message ids, and record ids (record_key)
     max_seq: int = 0
     terminator: bytes = b""  # what the next write must start with (a torn tail's end)
     sidecar_ok: bool = False
@@ -96,27 +112,62 @@ class Writer:
         key: ChatKey,
         batch: list[ChatMessage],
         inline_bytes: int | None = None,
+        precondition: Precondition | None = None,
     ) -> list[ChatMessage]:
         """Append the messages of ``batch`` not yet in the file; return them.
 
         ``inline_bytes`` is set on the event loop: the call then raises :class:`WouldBlock`,
         having written nothing, wherever the work could block (the flock is held elsewhere,
         an fsync is due, the sidecar must be written, more than ``inline_bytes`` would be
-        scanned or written), and the caller retries on a worker thread.
+        scanned or written), and the caller retries on a worker thread. ``precondition`` runs
+        under the flock before anything is written.
 
         Raises:
             WouldBlock: see ``inline_bytes``.
             OSError: the file cannot be written (nothing stored).
             StorageUnavailableError: the session's lock file keeps being replaced.
+            Exception: what ``precondition`` raised (nothing stored).
         """
         inline = inline_bytes is not None
         with flock(paths, blocking=not inline, sync_dirs=self.fsync == "always") as lock_fd:
             assert lock_fd is not None
             fd = os.open(paths.data, _O_APPEND, 0o600)
             try:
+                if precondition is not None:
+                    precondition(fd)
                 return self._append_locked(paths, key, batch, lock_fd, fd, inline_bytes)
             except WouldBlock:
                 raise
+            except BaseException:
+                self.forget(paths.data)
+                raise
+            finally:
+                os.close(fd)
+
+    def append_record(
+        self, paths: Paths, key: ChatKey, record: ConversationRecord
+    ) -> ConversationRecord | None:
+        """Append ``record`` (``created_at`` set) unless its id is in the file; return it as
+        stored (with its ``seq``), or ``None`` when it was there already.
+
+        Raises:
+            OSError: the file cannot be written (nothing stored).
+            TypeError, ValueError: the record's data is not JSON data (nothing stored).
+        """
+        with flock(paths, sync_dirs=self.fsync == "always") as lock_fd:
+            assert lock_fd is not None
+            fd = os.open(paths.data, _O_APPEND, 0o600)
+            try:
+                stored: list[ConversationRecord] = []
+
+                def lines(first: int) -> list[bytes]:
+                    stored.append(attrs.evolve(record, seq=first))
+                    return [format_record(first, record)]
+
+                count = self._write_locked(
+                    paths, key, [record_key(record.id)], lines, lock_fd, fd, None
+                )
+                return stored[0] if count else None
             except BaseException:
                 self.forget(paths.data)
                 raise
@@ -132,13 +183,41 @@ class Writer:
         fd: int,
         inline_bytes: int | None,
     ) -> list[ChatMessage]:
+        stored: list[ChatMessage] = []
+
+        def lines(first: int) -> list[bytes]:
+            return format_batch(first, stored)
+
+        ids: list[IdKey] = [m.id for m in batch]
+
+        def select(new_ids: set[IdKey]) -> None:
+            stored.extend(m for m in batch if m.id in new_ids)
+
+        self._write_locked(paths, key, ids, lines, lock_fd, fd, inline_bytes, select)
+        return stored
+
+    def _write_locked(
+        self,
+        paths: Paths,
+        key: ChatKey,
+        ids: list[IdKey],
+        make_lines: Callable[[int], list[bytes]],
+        lock_fd: int,
+        fd: int,
+        inline_bytes: int | None,
+        select: Callable[[set[IdKey]], None] | None = None,
+    ) -> int:
+        """Write the lines of the items whose ids are not in the file yet (under the flock);
+        return how many were written."""
         inline = inline_bytes is not None
         st = os.fstat(fd)
         state = self._sync_state(paths.data, fd, st, inline_bytes)
         self._remember(paths.data, state)
-        new = [m for m in batch if m.id not in state.ids]
-        if not new:
-            return []
+        new_ids = {i for i in ids if i not in state.ids}
+        if not new_ids:
+            return 0
+        if select is not None:
+            select(new_ids)
         if paths.sidecar is not None and not state.sidecar_ok:
             if inline:
                 raise WouldBlock  # writing it fsyncs
@@ -153,9 +232,11 @@ class Writer:
         if inline and (due or len(self._dirty) >= _MAX_DIRTY):
             raise WouldBlock
         first = max(read_counter(lock_fd), state.max_seq) + 1
-        last = first + len(new) - 1
-        lines = format_batch(first, new)
+        last = first + len(new_ids) - 1
+        lines = make_lines(first)
         payload = state.terminator + b"".join(lines)
+        if not st.st_size:  # a new file starts with its header: the key's epoch
+            payload = format_header(new_epoch()) + payload
         if inline_bytes is not None and len(payload) > inline_bytes:
             raise WouldBlock
         reserve(lock_fd, last)
@@ -171,10 +252,10 @@ class Writer:
         state.size = size
         state.head_at = size - len(lines[-1])
         state.head = lines[-1][:48]
-        state.ids.update(m.id for m in new)
+        state.ids.update(new_ids)
         state.max_seq = last
         state.terminator = b""
-        return new
+        return len(new_ids)
 
     def _sync_state(self, path: str, fd: int, st: os.stat_result, max_scan: int | None) -> KeyState:
         """The file's state, rescanned or extended to its current end (under the flock).

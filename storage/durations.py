@@ -1,0 +1,66 @@
+"""Durations as people write them in config: ``"30d"``, ``"12h"``, ``"15m"``, ``"90s"``, ``"2w"``.
+
+One parser for every option that is a length of time (retention, TTLs, intervals), so a
+URL (``?retention=30d``), a TOML file (``retention = "30d"`` or ``retention = 2592000``) and
+code (``timedelta(days=30)``) all mean the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+from typing import Final
+
+from storage.errors import InvalidArgumentError
+
+__all__ = ["UNITS", "parse_duration"]
+
+UNITS: Final = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+}
+_PATTERN: Final = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|w)?\s*", re.IGNORECASE)
+
+
+def parse_duration(value: int | float | str | timedelta) -> float:
+    """A duration in seconds.
+
+    Args:
+        value: seconds (``int``/``float``, or a string of a plain number), a ``timedelta``,
+            or a number with a unit: ``ms``, ``s``, ``m`` (minutes), ``h``, ``d``, ``w``
+            (``"1.5h"`` is 5400.0). Units are case-insensitive.
+
+    Returns:
+        The duration in seconds, finite and >= 0.
+
+    Raises:
+        InvalidArgumentError: a negative, infinite or NaN value, a bool, or a string that is
+            not a number with an optional unit (the value is named).
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
+        raise InvalidArgumentError(f"a duration must be seconds or '30d', got {value!r}")
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _PATTERN.fullmatch(value)
+        if match is None:
+            raise InvalidArgumentError(
+                f"invalid duration {value!r}: use seconds or a number with a unit "
+                "(ms, s, m, h, d, w), e.g. '30d', '12h', '1.5h'"
+            )
+        seconds = float(match.group(1)) * UNITS[(match.group(2) or "s").lower()]
+    else:
+        raise InvalidArgumentError(
+            f"a duration must be seconds, a string such as '30d' or a timedelta, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"a duration must be finite and >= 0, got {value!r}")
+    return seconds

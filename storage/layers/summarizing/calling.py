@@ -1,0 +1,63 @@
+"""One summarizer call: the timeout, the error translation and the result check (rules 6, 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+
+from storage.errors import SummarizerError
+from storage.layers.summarizing.projection import check_result
+from storage.message import ChatMessage
+
+if TYPE_CHECKING:
+    from summarizers.types import ChatSummarizer
+
+__all__ = ["describe_summarizer", "run_summarizer"]
+
+
+async def run_summarizer(
+    summarizer: ChatSummarizer,
+    source: Sequence[ChatMessage],
+    keep_last: int,
+    time_limit: float | None,
+) -> list[ChatMessage]:
+    """``summarizer(list(source), keep_last)``, checked.
+
+    Args:
+        summarizer: the summarizer.
+        source: the view to summarize (summary messages first, then raw messages).
+        keep_last: turns the result must keep verbatim.
+        time_limit: seconds the call may take (``None``: no limit).
+
+    Raises:
+        SummarizerError: the summarizer raised (the original is the ``__cause__``), timed out,
+            or returned a result that breaks rule 7.
+    """
+    try:
+        if time_limit is None:
+            result = await summarizer(list(source), keep_last)
+        else:
+            with anyio.fail_after(time_limit):
+                result = await summarizer(list(source), keep_last)
+    except TimeoutError as exc:
+        raise SummarizerError(
+            f"summarizer timed out after {time_limit} s; no message was lost"
+        ) from exc
+    except SummarizerError:
+        raise
+    except Exception as exc:
+        raise SummarizerError(
+            f"summarizer failed ({type(exc).__name__}: {exc}); no message was lost"
+        ) from exc
+    check_result(result, source, keep_last)
+    return result
+
+
+def describe_summarizer(summarizer: object) -> str:
+    """The summarizer's ``describe()``, or its type name."""
+    own = getattr(summarizer, "describe", None)
+    if callable(own):
+        return str(own())
+    return getattr(summarizer, "__qualname__", None) or type(summarizer).__name__

@@ -1,0 +1,624 @@
+"""``SummarizingChatStorage``: short views of long histories; the raw record untouched.
+
+The contract of agent-squad's ``SummarizingChatStorage``, made safe (DESIGN.md §5):
+
+1. Before a key is summarized, it reads and writes like the inner store.
+2. The first ``fetch`` whose history has more than ``trigger_at * 2`` messages calls
+   ``summarizer(history, keep_last)``. A concurrent fetch waits for that call and returns the
+   same view. If it fails, the key stays cold and the next qualifying fetch tries again.
+3. Once a key's view is cached, a save stores the raw messages first, then appends what the
+   inner store returned (scrubbed, not the raw input) to the view, and summarizes at once
+   when the view holds more than ``trigger_at * 2`` messages. Fetch serves the view.
+4. ``fetch_all_chats`` always reads the inner store; ``delete``/``delete_user`` drop views.
+5. One summarizer call at a time per key; saves landing meanwhile are kept after its result.
+6. A failing (or timed-out) summarizer loses nothing: ``on_error="raise"`` propagates
+   ``SummarizerError`` (original as ``__cause__``) and the next trigger retries;
+   ``on_error="fallback"`` serves the last view and retries with backoff (:mod:`.policy`).
+7. A result with invalid roles, an orphaned tool result, or without the last ``keep_last``
+   turns verbatim raises ``SummarizerError``; the view stays as it was.
+8. Per-key state is bounded (``max_buffers``, least recently used go cold), always.
+9. The record and the view: the raw record is append-only and never written by summarizing.
+   With ``summaries="store"`` a summary is a checkpoint stored beside the record (through
+   every layer below), and the view is ``checkpoint + raw messages after it``; the in-memory
+   view is only a cache of that, so a restarted or another worker serves the same view with
+   no summarizer call. ``coherence="store"`` checks the key's head on every fetch of a
+   cached key; a fleet makes one summarizer call per threshold crossing (a lease, then a
+   compare-and-set of the checkpoint). ``summaries="memory"`` is the seed's behaviour: views
+   live in this process only and do not see other instances' saves.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from storage.abilities import (
+    CheckpointStorage,
+    ForwardRecords,
+    ForwardRetention,
+    ForwardSearch,
+    ForwardSequenced,
+    ForwardSessions,
+    SummaryCheckpoint,
+    find_ability,
+)
+from storage.errors import ConfigError, ConflictError, InvalidArgumentError, SummarizerError
+from storage.layers.summarizing import fleet
+from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
+from storage.layers.summarizing.policy import OnError, Policy
+from storage.layers.summarizing.projection import (
+    leading_summaries,
+    mark_summary,
+    serve,
+    split_result,
+    summary_message,
+)
+from storage.layers.summarizing.state import KeyState, KeyStates
+from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.protocol import ChatStorage, ChatStorageWrapper
+
+if TYPE_CHECKING:
+    from summarizers.types import ChatSummarizer
+
+__all__ = ["SummarizingChatStorage"]
+
+Summaries = Literal["store", "memory"]
+Coherence = Literal["store", "process"]
+SummaryRole = Literal["system", "user", "assistant", "developer"]
+
+
+def _check_limit(limit: object) -> int | None:
+    if limit is None:
+        return None
+    if type(limit) is not int or limit < 0:
+        raise InvalidArgumentError(f"limit must be an int >= 0 or None, got {limit!r}")
+    return limit
+
+
+class SummarizingChatStorage(
+    ForwardSequenced,
+    ForwardSessions,
+    ForwardSearch,
+    ForwardRecords,
+    ForwardRetention,
+    ChatStorageWrapper,
+):
+    """Serve a summarized view of long histories; the inner store keeps every raw message.
+
+    Args:
+        inner: the wrapped store (often a scrubbing layer over a base store).
+        summarizer: ``async (view, keep_last) -> new view``; default
+            ``summarizers.ExtractiveSummarizer()`` (offline, deterministic).
+        trigger_at: summarize when a view holds more than ``trigger_at * 2`` messages
+            (``trigger_at`` message pairs). Must be >= 1.
+        keep_last: turns kept verbatim after the summary (a turn is a user message and
+            everything up to the next user message). Must be >= 0.
+        max_buffers: keys whose view is kept in memory; the least recently used go cold.
+        timeout: seconds one summarizer call may take (``None``: no limit); a timeout is a
+            failure (rule 6).
+        summaries: ``"store"``: summaries are checkpoints in the store (shared by every
+            instance, kept across restarts); ``"memory"``: in this process only (the seed's
+            behaviour). ``None`` (default): ``"store"`` when every component of ``inner``
+            has the ``CheckpointStorage`` ability, else ``"memory"``.
+        coherence: with ``summaries="store"``: ``"store"`` (default) reads the key's head on
+            every fetch of a cached key, so saves, checkpoints and deletes made through any
+            instance or process are seen; ``"process"`` skips that read, for deployments
+            that pin each conversation to one process.
+        on_error: ``"raise"`` (default): a summarizer failure propagates as
+            ``SummarizerError`` from the save or fetch that triggered it; ``"fallback"``:
+            save and fetch never fail because of the summarizer (see :mod:`.policy`).
+        lease_ttl: seconds a worker holds a key's summarizing lease (a worker that dies
+            holding it loses it after that); default ``timeout + 30``, or 300 without a
+            timeout. Must be > 0.
+        retry_backoff: ``on_error="fallback"``: seconds before the first retry of a failed
+            summary, doubled after each failure in a row. Must be >= 0.
+        retry_max: largest retry delay in seconds. Must be >= ``retry_backoff``.
+        summary_role: role of the message ``compact(key, summary="...")`` makes.
+        clock: monotonic seconds for the backoff (injected in tests); default
+            ``time.monotonic``.
+
+    Attributes:
+        summaries_made: summaries this instance made and installed since construction.
+        summary_failures: failed or refused summarizer calls since construction.
+        lease_busy: summaries skipped because another worker held the key's lease.
+        checkpoint_conflicts: checkpoints another writer replaced first (compare-and-set lost).
+        checkpoints_loaded: cold keys served from a stored checkpoint (no summarizer call).
+
+    Raises:
+        ValueError: on construction, for a bad ``trigger_at``, ``keep_last``,
+            ``max_buffers``, ``timeout``, ``lease_ttl`` or retry delay.
+        ConfigError: on construction, ``summaries="store"`` over a stack without the
+            ``CheckpointStorage`` ability, or an unknown ``summaries``/``coherence``/
+            ``on_error`` value.
+        SummarizerError: from the ``save`` or ``fetch`` that triggered a failing summarizer
+            (``on_error="raise"``).
+    """
+
+    def __init__(
+        self,
+        inner: ChatStorage,
+        summarizer: ChatSummarizer | None = None,
+        *,
+        trigger_at: int = 20,
+        keep_last: int = 2,
+        max_buffers: int = 10_000,
+        timeout: float | None = None,
+        summaries: Summaries | None = None,
+        coherence: Coherence = "store",
+        on_error: OnError = "raise",
+        lease_ttl: float | None = None,
+        retry_backoff: float = 5.0,
+        retry_max: float = 300.0,
+        summary_role: SummaryRole = "system",
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(inner)
+        if trigger_at < 1:
+            raise ValueError(f"trigger_at must be >= 1, got {trigger_at}")
+        if keep_last < 0:
+            raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+        if max_buffers < 1:
+            raise ValueError(f"max_buffers must be >= 1, got {max_buffers}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0 or None, got {timeout}")
+        if lease_ttl is not None and lease_ttl <= 0:
+            raise ValueError(f"lease_ttl must be > 0, got {lease_ttl}")
+        if retry_backoff < 0 or retry_max < retry_backoff:
+            raise ValueError(
+                f"need 0 <= retry_backoff <= retry_max, got {retry_backoff} and {retry_max}"
+            )
+        for name, value, allowed in (
+            ("summaries", summaries, (None, "store", "memory")),
+            ("coherence", coherence, ("store", "process")),
+            ("on_error", on_error, ("raise", "fallback")),
+            ("summary_role", summary_role, ("system", "user", "assistant", "developer")),
+        ):
+            if value not in allowed:
+                choices = ", ".join(repr(a) for a in allowed if a is not None)
+                raise ConfigError(f"{name} must be one of {choices}, got {value!r}")
+        store = find_ability(inner, CheckpointStorage)
+        if summaries == "store" and store is None:
+            raise ConfigError(
+                "summaries='store' needs summary checkpoints, which this stack does not offer "
+                f"(inner: {_describe(inner)}); use summaries='memory' for in-process summaries"
+            )
+        if summaries == "memory":
+            store = None
+        if summarizer is None:
+            from summarizers.extractive import ExtractiveSummarizer
+
+            summarizer = ExtractiveSummarizer()
+        self.summarizer = summarizer
+        self.trigger_at = trigger_at
+        self.keep_last = keep_last
+        self.max_buffers = max_buffers
+        self.timeout = timeout
+        self.summaries: Summaries = "store" if store is not None else "memory"
+        self.coherence: Coherence = coherence
+        self.on_error: OnError = on_error
+        self.lease_ttl = (
+            lease_ttl if lease_ttl is not None else (timeout + 30.0 if timeout else 300.0)
+        )
+        self.summary_role: SummaryRole = summary_role
+        self._store: CheckpointStorage | None = store
+        self._threshold = trigger_at * 2
+        self._policy = Policy(
+            self._threshold, on_error, clock or time.monotonic, retry_backoff, retry_max
+        )
+        self._states = KeyStates(max_buffers)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self._summarizer_name = describe_summarizer(summarizer)
+        self.summaries_made = 0
+        self.summary_failures = 0
+        self.lease_busy = 0
+        self.checkpoint_conflicts = 0
+        self.checkpoints_loaded = 0
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def is_active(self, key: ChatKey) -> bool:
+        """True when ``key`` is served from its cached view."""
+        state = self._states.get(key)
+        return state is not None and state.view is not None
+
+    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        if self._store is None:
+            return await self._fetch_memory(key, limit)
+        _check_limit(limit)
+        store = self._store
+        state = self._states.get(key)
+        if state is not None and state.view is not None:
+            self._states.touch(key)
+            grew = False
+            if self.coherence == "store":
+                head = await store.head(key)
+                if head != state.head:
+                    async with state.sync_lock:
+                        grew = await fleet.read_back(store, key, state)
+            if self._policy.due(state) and (grew or self._policy.fallback):
+                await self._trigger(state, key, wait=False, activation=False)
+            return serve(state.view, limit, self._policy.window(state))
+        state = self._states.create(key)
+        async with state.sync_lock:
+            if state.view is None:
+                await fleet.load(store, key, state)
+                if state.checkpoint is not None:
+                    self.checkpoints_loaded += 1
+        if self._policy.due(state):
+            await self._trigger(state, key, wait=True, activation=True)
+        assert state.view is not None
+        return serve(state.view, limit, self._policy.window(state))
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
+        generation = self._generation(key)
+        stored = await self.inner.save(key, message)
+        return await self._after_save(key, stored, generation)
+
+    async def save_messages(
+        self, key: ChatKey, messages: Sequence[ChatMessage]
+    ) -> list[ChatMessage]:
+        generation = self._generation(key)
+        stored = await self.inner.save_messages(key, messages)
+        return await self._after_save(key, stored, generation)
+
+    async def save_messages_if(
+        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
+    ) -> list[ChatMessage]:
+        """``save_messages`` only if nobody wrote to the key since its head had
+        ``expected_version`` (:class:`storage.abilities.ReplaceableStorage`).
+
+        Raises:
+            ConflictError: someone wrote since (nothing stored).
+        """
+        generation = self._generation(key)
+        inner: Any = self.inner
+        stored: list[ChatMessage] = await inner.save_messages_if(
+            key, messages, expected_version=expected_version
+        )
+        return await self._after_save(key, stored, generation)
+
+    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """Atomically replace the key's raw record (the store drops its checkpoint); the
+        cached view is dropped, so the next fetch is built from the new record.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
+        """
+        self._states.drop(key)
+        inner: Any = self.inner
+        try:
+            result: list[ChatMessage] = await inner.replace(key, messages)
+        finally:
+            self._states.drop(key)
+        return result
+
+    def _generation(self, key: ChatKey) -> int:
+        state = self._states.get(key)
+        return -1 if state is None else state.generation
+
+    async def _after_save(
+        self, key: ChatKey, stored: list[ChatMessage], generation: int
+    ) -> list[ChatMessage]:
+        state = self._states.get(key)
+        if state is None or not stored:
+            return stored
+        if state.summarizing:
+            state.pending.extend(stored)
+        if state.view is None:
+            return stored  # cold (or activating: the activation adds the pending messages)
+        # A read-back that ran during the save may have brought these messages already.
+        state.append(stored, dedupe=state.generation != generation)
+        self._states.touch(key)
+        if self._policy.due(state) and not state.summarizing:
+            if self._store is None:
+                await self._resummarize_memory(state, key)
+            else:
+                await self._trigger(state, key, wait=False, activation=False)
+        return stored
+
+    # --- summarizing: store mode -----------------------------------------------------------
+
+    async def _trigger(
+        self, state: KeyState, key: ChatKey, *, wait: bool, activation: bool
+    ) -> None:
+        """Make a summary of a due view, per the policy (store mode)."""
+        if not self._policy.may_try(state) or (not wait and state.lock.locked()):
+            return
+        async with state.lock:
+            if not self._policy.due(state) or not self._policy.may_try(state):
+                return
+            try:
+                await self._summarize_store(state, key, force=False)
+            except SummarizerError as exc:
+                self.summary_failures += 1
+                self._policy.failed(state, key, exc)
+                if not self._policy.fallback:
+                    if activation:
+                        self._states.drop(key, state)  # cold: the next fetch tries again
+                    raise
+            else:
+                self._policy.succeeded(state)
+
+    async def _summarize_store(self, state: KeyState, key: ChatKey, *, force: bool) -> bool:
+        """Summarize the key's view under its lease and store the checkpoint (called with
+        ``state.lock`` held). Returns True when a new checkpoint was installed.
+
+        Raises:
+            SummarizerError: the summarizer failed or its result was refused.
+            ConflictError: ``force`` and another worker holds the lease.
+        """
+        store = self._store
+        assert store is not None
+        async with fleet.lease(store, key, self._owner, self.lease_ttl) as held:
+            if not held:
+                self.lease_busy += 1
+                if force:
+                    raise ConflictError(
+                        f"another worker is summarizing {key!r}; try again within "
+                        f"{self.lease_ttl} s"
+                    )
+                return False
+            async with state.sync_lock:
+                await fleet.read_back(store, key, state)  # what others wrote, our seqs
+                view = state.view
+                assert view is not None
+                assert state.head is not None
+                if not force and not self._policy.due(state):
+                    return False  # another worker summarized it meanwhile
+                n_summary = state.n_summary
+                n_tail = state.sequenced_len()
+                source = view[: n_summary + n_tail]
+                seqs = state.seqs[:n_tail]
+                base_version = state.cp_version
+                epoch = state.head.epoch
+            state.summarizing = True
+            try:
+                result = await run_summarizer(self.summarizer, source, self.keep_last, self.timeout)
+            finally:
+                state.summarizing = False
+            summary, covered = split_result(result, source[n_summary:])
+            if covered == 0:
+                return False  # nothing could be summarized (at most keep_last turns)
+            now = datetime.now(UTC)
+            checkpoint = fleet.new_checkpoint(
+                [mark_summary(m, now) for m in summary],
+                cast(int, seqs[covered - 1]),
+                epoch,
+                self._summarizer_name,
+                now,
+            )
+            return await self._store_checkpoint(state, key, checkpoint, base_version)
+
+    async def _store_checkpoint(
+        self, state: KeyState, key: ChatKey, checkpoint: SummaryCheckpoint, base_version: int
+    ) -> bool:
+        store = self._store
+        assert store is not None
+        async with state.sync_lock:
+            stored = await store.save_checkpoint(key, checkpoint, expected_version=base_version)
+            if stored is None:
+                self.checkpoint_conflicts += 1
+                await fleet.load(store, key, state)
+                return False
+            if self._states.get(key) is state and state.view is not None:
+                fleet.install(state, stored)
+        self.summaries_made += 1
+        return True
+
+    # --- summarizing: memory mode (the seed) ---------------------------------------------
+
+    async def _fetch_memory(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        state = self._states.get(key)
+        if state is not None and state.view is not None:
+            self._states.touch(key)
+            if self._policy.fallback and self._policy.due(state) and not state.summarizing:
+                await self._resummarize_memory(state, key)
+            return serve(state.view, limit, self._policy.window(state))
+        raw = await self.inner.fetch(key)
+        if len(raw) <= self._threshold:
+            return serve(raw, limit, None)
+        state = self._states.create(key)
+        async with state.lock:
+            if state.view is None:
+                # Re-read under the lock (saves may have landed while we waited); saves that
+                # land from here on are collected in ``pending`` and kept after the result.
+                state.summarizing = True
+                state.pending = []
+                try:
+                    raw = await self.inner.fetch(key)
+                except BaseException:
+                    state.summarizing = False
+                    self._drop_if_cold(key, state)
+                    raise
+                if len(raw) <= self._threshold:
+                    state.summarizing = False
+                    self._drop_if_cold(key, state)
+                    return serve(raw, limit, None)
+                await self._summarize_memory(state, key, raw, activation=True)
+            assert state.view is not None
+            return serve(state.view, limit, self._policy.window(state))
+
+    async def _resummarize_memory(self, state: KeyState, key: ChatKey) -> None:
+        if not self._policy.may_try(state):
+            return
+        async with state.lock:
+            view = state.view
+            if view is not None and self._policy.due(state) and self._policy.may_try(state):
+                state.summarizing = True
+                state.pending = []
+                await self._summarize_memory(state, key, list(view), activation=False)
+
+    async def _summarize_memory(
+        self, state: KeyState, key: ChatKey, source: list[ChatMessage], *, activation: bool
+    ) -> None:
+        """Run the summarizer on ``source``; called with ``state.lock`` held and
+        ``state.summarizing`` already set (so no save can slip between snapshot and call)."""
+        accepted: list[ChatMessage] | None = None
+        try:
+            accepted = await run_summarizer(self.summarizer, source, self.keep_last, self.timeout)
+        except BaseException as exc:
+            self.summary_failures += 1
+            if not isinstance(exc, SummarizerError):
+                raise
+            self._policy.failed(state, key, exc)
+            if not self._policy.fallback:
+                raise
+        finally:
+            state.summarizing = False
+            pending, state.pending = state.pending, []
+            seen = {m.id for m in source}
+            late = [m for m in pending if m.id not in seen]
+            if accepted is not None:
+                self._policy.succeeded(state)
+                state.set_view((), [*accepted, *late])
+                state.n_summary = leading_summaries(accepted)
+                if accepted != source:  # an unchanged view: nothing could be summarized
+                    self.summaries_made += 1
+            elif state.view is None and activation:
+                if self._policy.fallback:  # serve the raw window until a retry succeeds
+                    state.set_view((), [*source, *late])
+                else:
+                    self._drop_if_cold(key, state)  # cold: the next fetch tries again
+            # On failure an active view already holds source + pending.
+
+    def _drop_if_cold(self, key: ChatKey, state: KeyState) -> None:
+        if state.view is None and not state.lock.statistics().tasks_waiting:
+            self._states.drop(key, state)
+
+    # --- manual compaction ---------------------------------------------------------------
+
+    async def compact(
+        self, key: ChatKey, summary: str | ChatMessage | None = None
+    ) -> list[ChatMessage]:
+        """Summarize ``key`` now, whatever its length, or install ``summary``.
+
+        Args:
+            key: the conversation.
+            summary: ``None``: call the summarizer on the current view now. A text or a
+                message: install it as the summary covering the whole raw record so far
+                (the view becomes just that summary until the next save).
+
+        Returns:
+            The key's new view (what ``fetch`` returns now).
+
+        Raises:
+            InvalidArgumentError: the key holds no messages.
+            InvalidMessageError: ``summary`` is empty or not a valid message.
+            SummarizerError: the summarizer failed (whatever ``on_error`` says: compaction
+                was asked for explicitly).
+            ConflictError: another worker is summarizing the key (store mode).
+        """
+        message = (
+            summary_message(summary, self.summary_role, datetime.now(UTC))
+            if summary is not None
+            else None
+        )
+        if self._store is None:
+            return await self._compact_memory(key, message)
+        store = self._store
+        state = self._states.create(key)
+        async with state.lock:
+            async with state.sync_lock:
+                if state.view is None:
+                    await fleet.load(store, key, state)
+            assert state.view is not None
+            if state.head is None or state.head.last_seq == 0:
+                raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
+            if message is None:
+                try:
+                    await self._summarize_store(state, key, force=True)
+                except SummarizerError as exc:
+                    self.summary_failures += 1
+                    self._policy.failed(state, key, exc)
+                    raise
+                self._policy.succeeded(state)
+            else:
+                await self._install_manual(state, key, message)
+            return list(state.view)
+
+    async def _install_manual(self, state: KeyState, key: ChatKey, message: ChatMessage) -> None:
+        store = self._store
+        assert store is not None
+        async with fleet.lease(store, key, self._owner, self.lease_ttl) as held:
+            if not held:
+                self.lease_busy += 1
+                raise ConflictError(
+                    f"another worker is summarizing {key!r}; try again within {self.lease_ttl} s"
+                )
+            for _ in range(3):
+                async with state.sync_lock:
+                    await fleet.read_back(store, key, state)
+                    assert state.head is not None
+                    checkpoint = fleet.new_checkpoint(
+                        [message], state.synced_seq, state.head.epoch, "manual", datetime.now(UTC)
+                    )
+                    base_version = state.cp_version
+                if await self._store_checkpoint(state, key, checkpoint, base_version):
+                    self._policy.succeeded(state)
+                    return
+        raise ConflictError(f"the record of {key!r} kept changing; compaction not installed")
+
+    async def _compact_memory(self, key: ChatKey, message: ChatMessage | None) -> list[ChatMessage]:
+        state = self._states.create(key)
+        async with state.lock:
+            source = list(state.view) if state.view is not None else await self.inner.fetch(key)
+            if not source:
+                self._drop_if_cold(key, state)
+                raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
+            if message is not None:
+                state.set_view((message,), [])
+            else:
+                state.summarizing = True
+                state.pending = []
+                fallback, self._policy.on_error = self._policy.on_error, "raise"
+                try:
+                    await self._summarize_memory(state, key, source, activation=True)
+                finally:
+                    self._policy.on_error = fallback
+            assert state.view is not None
+            return list(state.view)
+
+    # --- erasure and lifecycle -------------------------------------------------------------
+
+    async def delete(self, key: ChatKey) -> None:
+        self._states.drop(key)
+        await self.inner.delete(key)
+        self._states.drop(key)
+
+    async def delete_user(self, user_id: str) -> None:
+        check_key_part("user_id", user_id)
+        self._states.drop_user(user_id)
+        await self.inner.delete_user(user_id)
+        self._states.drop_user(user_id)
+
+    async def purge(self, *, now: datetime | None = None) -> int:
+        """Purge raw messages older than the store's retention (with their checkpoints);
+        every cached view is dropped when anything was purged."""
+        purged = await super().purge(now=now)
+        if purged:
+            self._states.clear()
+        return purged
+
+    async def aclose(self) -> None:
+        self._states.clear()
+        await self.inner.aclose()
+
+    def describe(self) -> str:
+        return (
+            f"SummarizingChatStorage(trigger_at={self.trigger_at}, keep_last={self.keep_last}, "
+            f"max_buffers={self.max_buffers}, summaries={self.summaries}, "
+            + (f"coherence={self.coherence}, " if self.summaries == "store" else "")
+            + f"on_error={self.on_error}, summarizer={self._summarizer_name})"
+        )
+
+
+def _describe(component: object) -> str:
+    own = getattr(component, "describe", None)
+    return str(own()) if callable(own) else type(component).__name__

@@ -1,0 +1,132 @@
+"""The view as a projection of the record: summary messages, the split of a summarizer's
+result into checkpoint + raw tail, and the windows a view is served through.
+
+A summarizer returns a new buffer: summary message(s) then the last turns verbatim. The
+verbatim end is raw record (it is the end of what the summarizer was given), so a result is
+stored as a checkpoint holding only the summary part and the raw position it covers up to; the
+view is rebuilt from the checkpoint and the raw messages after that position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import attrs
+
+from storage.errors import ChatStorageError, InvalidMessageError, SummarizerError
+from storage.history import check_tool_pairs, last_turns_start, safe_window, validate_message
+from storage.message import ChatMessage
+
+__all__ = [
+    "check_result",
+    "leading_summaries",
+    "mark_summary",
+    "serve",
+    "split_result",
+    "summary_message",
+]
+
+
+def leading_summaries(messages: Sequence[ChatMessage]) -> int:
+    """How many messages at the start of ``messages`` are marked as summaries."""
+    n = 0
+    for message in messages:
+        if not message.is_summary:
+            break
+        n += 1
+    return n
+
+
+def mark_summary(message: ChatMessage, created_at: datetime) -> ChatMessage:
+    """``message`` marked as a summary (``metadata["chatlayers"]["summary"] = True``), with
+    ``created_at`` set when it has none. A checkpoint holds only marked messages."""
+    if not message.is_summary:
+        marker = message.metadata.get("chatlayers")
+        own = dict(marker) if isinstance(marker, Mapping) else {}
+        metadata = {**message.metadata, "chatlayers": {**own, "summary": True}}
+        message = attrs.evolve(message, metadata=metadata)
+    if message.created_at is None:
+        message = attrs.evolve(message, created_at=created_at)
+    return message
+
+
+def summary_message(summary: str | ChatMessage, role: str, now: datetime) -> ChatMessage:
+    """The summary message ``compact(key, summary=...)`` installs.
+
+    Args:
+        summary: the summary text, or a message (marked as a summary if it is not).
+        role: the role of a message made from text.
+        now: its ``created_at`` when it has none (UTC).
+
+    Raises:
+        InvalidMessageError: empty text, a tool call or result, or an invalid message.
+    """
+    if isinstance(summary, str):
+        if not summary.strip():
+            raise InvalidMessageError("a summary must hold some text")
+        message = ChatMessage(role, summary, metadata={"chatlayers": {"summary": True}})
+    elif isinstance(summary, ChatMessage):
+        message = summary
+        if message.tool_calls or message.role == "tool":
+            raise InvalidMessageError("a summary cannot be a tool call or a tool result")
+    else:
+        raise InvalidMessageError(
+            f"summary must be a str or a ChatMessage, got {type(summary).__name__}"
+        )
+    return mark_summary(validate_message(message), now)
+
+
+def check_result(result: object, source: Sequence[ChatMessage], keep_last: int) -> None:
+    """Rule 7: refuse a result that breaks the summary rules.
+
+    Raises:
+        SummarizerError: not a list; an invalid message or an orphaned tool result; the last
+            ``keep_last`` turns of ``source`` (after its leading summary) not kept verbatim.
+    """
+    if not isinstance(result, list):
+        raise SummarizerError(f"summarizer must return a list, got {type(result).__name__}")
+    try:
+        for index, message in enumerate(result):
+            validate_message(message, index)
+        check_tool_pairs(result)
+    except ChatStorageError as exc:
+        raise SummarizerError(f"summarizer returned an invalid history: {exc}") from exc
+    # A leading prior summary is not a turn, whatever its role.
+    body = source[leading_summaries(source[:1]) :]
+    kept = list(body[last_turns_start(body, keep_last) :])
+    if kept and result[-len(kept) :] != kept:
+        raise SummarizerError(
+            f"summarizer result does not end with the last {keep_last} turns verbatim "
+            f"({len(kept)} messages)"
+        )
+
+
+def split_result(
+    result: Sequence[ChatMessage], tail: Sequence[ChatMessage]
+) -> tuple[list[ChatMessage], int]:
+    """Split a summarizer result into its summary part and the raw tail it keeps.
+
+    Args:
+        result: what the summarizer returned (checked by :func:`check_result`).
+        tail: the raw messages the summarizer was given after the prior summary.
+
+    Returns:
+        ``(summary, covered)``: the messages before the longest end of ``result`` that is an
+        end of ``tail`` (the kept raw messages), and how many messages at the start of
+        ``tail`` the summary covers (``0``: the result summarized nothing).
+    """
+    kept = 0
+    limit = min(len(result), len(tail))
+    while kept < limit and result[-1 - kept] == tail[-1 - kept]:
+        kept += 1
+    return list(result[: len(result) - kept]), len(tail) - kept
+
+
+def serve(view: list[ChatMessage], limit: int | None, window: int | None) -> list[ChatMessage]:
+    """What ``fetch`` returns from a view: the newest ``window`` messages first when given
+    (the fallback of a view with no summary), then ``limit``; tool-pair safe, a new list."""
+    if window is not None and len(view) > window:
+        view = safe_window(view, window)
+        return view if limit is None else safe_window(view, limit)
+    return safe_window(view, limit)

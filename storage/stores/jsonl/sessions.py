@@ -1,0 +1,180 @@
+"""Per-session summaries for ``list_sessions`` and retention: a cache, never the truth.
+
+Each session directory may hold ``.summary``: for each data file, what a scan of it found up
+to some offset (message count, oldest and newest ``created_at``) and the file's identity
+there (device, inode, the bytes just before that offset)::
+
+    {"v":1,"files":{"a.jsonl":[dev,ino,end,"<hex of the bytes before end>",count,min_us,max_us]}}
+
+Writers never touch it, so saves cost nothing more. A reader checks each entry against the
+file (``stat``, one ``pread``) and scans only the bytes appended since (lines are parsed
+cheaply, heads and times only, never decoded into messages); any mismatch (a rewrite, a
+deletion, a truncation) rescans that file. Listing a user's sessions therefore costs a
+directory walk of the user's sessions, a ``stat`` and a small read per conversation, and a
+scan of what was appended since the last listing. The summary is written back atomically
+(temporary file, rename) under the session's flock, taken without waiting; a deleter
+removes it under the same flock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import attrs
+
+from storage.stores.jsonl.fsutil import O_READ, write_atomic
+from storage.stores.jsonl.lines import parse_time, read_lines, scan
+from storage.stores.jsonl.locks import WouldBlock, flock
+from storage.stores.jsonl.names import SUMMARY_NAME, Paths
+
+_FORMAT: Final = 1
+_CHECK: Final = 32  # bytes before ``end`` that must be unchanged for an entry to stand
+_UNIX: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def from_us(us: int) -> datetime:
+    """A UTC datetime from µs since the Unix epoch."""
+    return _UNIX + timedelta(microseconds=us)
+
+
+@attrs.frozen(slots=True)
+class FileSummary:
+    """What a scan of one data file found up to ``end`` (``count`` 0: no message)."""
+
+    dev: int
+    ino: int
+    end: int
+    check: bytes
+    count: int
+    min_us: int
+    max_us: int
+
+    def row(self) -> list[object]:
+        return [
+            self.dev,
+            self.ino,
+            self.end,
+            self.check.hex(),
+            self.count,
+            self.min_us,
+            self.max_us,
+        ]
+
+    @classmethod
+    def from_row(cls, row: object) -> FileSummary | None:
+        try:
+            dev, ino, end, check, count, lo, hi = row  # type: ignore[misc]
+            fields = (dev, ino, end, count, lo, hi)
+            if not all(type(v) is int for v in fields) or not isinstance(check, str):
+                return None
+            return cls(dev, ino, end, bytes.fromhex(check), count, lo, hi)
+        except (TypeError, ValueError):
+            return None
+
+
+def read_summary(session_dir: str) -> dict[str, FileSummary]:
+    """The cached entries of a session (``{}`` when missing or unreadable)."""
+    try:
+        with open(os.path.join(session_dir, SUMMARY_NAME), "rb") as f:
+            raw = json.loads(f.read())
+        if raw.get("v") != _FORMAT or not isinstance(raw.get("files"), dict):
+            return {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for name, row in raw["files"].items():
+        entry = FileSummary.from_row(row)
+        if entry is not None and isinstance(name, str):
+            out[name] = entry
+    return out
+
+
+def summarize_file(path: str, previous: FileSummary | None) -> FileSummary | None:
+    """The summary of a data file, extended from ``previous`` when it still stands
+    (``None`` when the file is missing).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        fd = os.open(path, O_READ)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        base = previous
+        if base is not None and (
+            (base.dev, base.ino) != (st.st_dev, st.st_ino)
+            or st.st_size < base.end
+            or os.pread(fd, len(base.check), base.end - len(base.check)) != base.check
+        ):
+            base = None
+        if base is not None and base.end == st.st_size:
+            return base
+        start = base.end if base is not None else 0
+        found = scan(read_lines(fd, start, st.st_size), parse_time)
+        count = base.count if base is not None else 0
+        lo = base.min_us if base is not None else 0
+        hi = base.max_us if base is not None else 0
+        for _, _, at in found.entries:
+            if not isinstance(at, int):
+                continue  # a record
+            if not count:
+                lo = hi = at
+            else:
+                lo, hi = min(lo, at), max(hi, at)
+            count += 1
+        end = max(found.last_valid_end, start)
+        take = min(_CHECK, end)
+        check = os.pread(fd, take, end - take) if take else b""
+        return FileSummary(st.st_dev, st.st_ino, end, check, count, lo, hi)
+    finally:
+        os.close(fd)
+
+
+def summarize_session(
+    session_dir: str, files: list[tuple[str, str, int]]
+) -> tuple[dict[str, FileSummary], bool]:
+    """The summary of every data file of a session (``files`` from ``tree.session_files``)
+    and whether it differs from the cached one.
+
+    Raises:
+        OSError: a file exists but cannot be read.
+    """
+    cached = read_summary(session_dir)
+    out: dict[str, FileSummary] = {}
+    for name, path, _ in files:
+        entry = summarize_file(path, cached.get(name))
+        if entry is not None:
+            out[name] = entry
+    return out, out != cached
+
+
+def store_summary(paths: Paths, summary: dict[str, FileSummary]) -> None:
+    """Write the session's summary back if its flock is free (a cache: skipped otherwise),
+    keeping only entries whose file is still the one summarized.
+
+    Raises:
+        OSError: the summary cannot be written.
+    """
+    try:
+        with flock(paths, make_dirs=False, blocking=False) as lock_fd:
+            if lock_fd is None:
+                return  # the session was deleted
+            rows = {}
+            for name, entry in summary.items():
+                try:
+                    st = os.stat(os.path.join(paths.session_dir, name), follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if (st.st_dev, st.st_ino) == (entry.dev, entry.ino) and st.st_size >= entry.end:
+                    rows[name] = entry.row()
+            body = json.dumps({"v": _FORMAT, "files": rows}, separators=(",", ":"))
+            write_atomic(
+                os.path.join(paths.session_dir, SUMMARY_NAME), body.encode("ascii"), sync=False
+            )
+    except WouldBlock:
+        return

@@ -1,0 +1,214 @@
+"""Server-side functions of the write path (PL/pgSQL), created by schema version 2.
+
+Each write is one call, so one round trip and one implicit transaction:
+
+- ``<table>_lock_key(u, s, a)``: the key's row in ``<table>_keys``, created on first use and
+  locked ``FOR UPDATE``. Every writer of a key queues on this lock, so a batch gets
+  contiguous sequence numbers (``last_seq + 1 .. n``) and numbers follow commit order: a
+  reader tailing a key by sequence never misses a row committed later with a smaller number.
+  Each statement after it runs on a fresh snapshot (READ COMMITTED), so it sees everything
+  committed before the lock was granted.
+- ``<table>_save(...)``: append a batch (ids already stored skipped), or with ``p_replace``
+  replace the whole record under a new epoch (the checkpoint dropped); with ``p_expected``
+  refuse with SQLSTATE ``CL409`` unless the key's version (``epoch.last_seq``) is that.
+- ``<table>_save_record``, ``<table>_delete``, ``<table>_delete_user``, ``<table>_purge``,
+  and ``<table>_refresh`` (recompute one session's summary row from its keys' rows).
+
+Lock order is always key rows (sorted by user, session, agent) before session rows, so
+concurrent writers, deletes and purges never deadlock.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["CONFLICT_SQLSTATE", "FUNCTIONS"]
+
+CONFLICT_SQLSTATE: Final = "CL409"
+
+_KEY: Final = "user_id = p_user AND session_id = p_session AND agent_id = p_agent"
+
+_LOCK: Final = f"""
+CREATE OR REPLACE FUNCTION {{f_lock}}(p_user text, p_session text, p_agent text,
+    OUT o_last bigint, OUT o_epoch text, OUT o_created boolean)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    SELECT last_seq, epoch INTO o_last, o_epoch FROM {{keys}} WHERE {_KEY} FOR UPDATE;
+    o_created := false;
+    IF NOT FOUND THEN
+        INSERT INTO {{keys}} (user_id, session_id, agent_id, last_seq, epoch)
+        VALUES (p_user, p_session, p_agent, 0, gen_random_uuid()::text)
+        ON CONFLICT (user_id, session_id, agent_id) DO NOTHING;
+        o_created := FOUND;
+        SELECT last_seq, epoch INTO o_last, o_epoch FROM {{keys}} WHERE {_KEY} FOR UPDATE;
+    END IF;
+END $fn$"""
+
+_REFRESH: Final = """
+CREATE OR REPLACE FUNCTION {f_refresh}(p_user text, p_session text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM {sessions} WHERE user_id = p_user AND session_id = p_session;
+    INSERT INTO {sessions} (user_id, session_id, agents, message_count, first_at, last_at)
+    SELECT p_user, p_session, array_agg(agent_id ORDER BY agent_id COLLATE "C"),
+           sum(message_count), min(first_at), max(last_at)
+    FROM {keys}
+    WHERE user_id = p_user AND session_id = p_session AND message_count > 0
+    HAVING count(*) > 0;
+END $fn$"""
+
+_SAVE: Final = f"""
+CREATE OR REPLACE FUNCTION {{f_save}}(p_user text, p_session text, p_agent text,
+    p_ids text[], p_ats timestamptz[], p_records text[], p_words text[],
+    p_expected text, p_replace boolean)
+RETURNS text[] LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_last bigint; v_epoch text; v_created boolean; v_max bigint;
+    v_ids text[]; v_count bigint; v_first timestamptz; v_newest timestamptz;
+BEGIN
+    SELECT o_last, o_epoch, o_created INTO v_last, v_epoch, v_created
+    FROM {{f_lock}}(p_user, p_session, p_agent);
+    IF p_expected IS NOT NULL THEN
+        SELECT max(key_seq) INTO v_max FROM {{t}} WHERE {_KEY};
+        IF p_expected IS DISTINCT FROM
+           (CASE WHEN v_created THEN '' ELSE v_epoch END) || '.' || coalesce(v_max, 0) THEN
+            RAISE EXCEPTION 'the conversation was written since version %', p_expected
+                USING ERRCODE = 'CL409';
+        END IF;
+    END IF;
+    IF p_replace THEN
+        DELETE FROM {{t}} WHERE {_KEY};
+        DELETE FROM {{checkpoints}} WHERE {_KEY};
+        v_epoch := gen_random_uuid()::text;
+        UPDATE {{keys}} SET epoch = v_epoch, message_count = 0, first_at = NULL,
+            last_at = NULL WHERE {_KEY};
+    END IF;
+    WITH fresh AS (
+        SELECT m.id, m.at, m.rec, m.words, m.n
+        FROM unnest(p_ids, p_ats, p_records, p_words) WITH ORDINALITY AS m(id, at, rec, words, n)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {{t}} x
+            WHERE x.user_id = p_user AND x.session_id = p_session AND x.agent_id = p_agent
+              AND x.message_id = m.id)
+    ), ins AS (
+        INSERT INTO {{t}} (user_id, session_id, agent_id, key_seq, message_id, created_at,
+                         record, search)
+        SELECT p_user, p_session, p_agent, v_last + row_number() OVER (ORDER BY fresh.n),
+               fresh.id, fresh.at, fresh.rec, to_tsvector('simple', fresh.words)
+        FROM fresh ORDER BY fresh.n
+        RETURNING key_seq, message_id, created_at
+    )
+    SELECT array_agg(message_id ORDER BY key_seq), count(*), max(key_seq), min(created_at),
+           max(created_at)
+    INTO v_ids, v_count, v_max, v_first, v_newest FROM ins;
+    IF v_count > 0 THEN
+        UPDATE {{keys}} SET last_seq = v_max, message_count = message_count + v_count,
+            first_at = least(first_at, v_first), last_at = greatest(last_at, v_newest)
+        WHERE {_KEY};
+    END IF;
+    IF p_replace THEN
+        IF v_count = 0 AND NOT EXISTS (SELECT 1 FROM {{records}} WHERE {_KEY}) THEN
+            DELETE FROM {{keys}} WHERE {_KEY};
+        END IF;
+        PERFORM {{f_refresh}}(p_user, p_session);
+    ELSIF v_count > 0 THEN
+        INSERT INTO {{sessions}} AS s
+            (user_id, session_id, agents, message_count, first_at, last_at)
+        VALUES (p_user, p_session, ARRAY[p_agent], v_count, v_first, v_newest)
+        ON CONFLICT (user_id, session_id) DO UPDATE SET
+            agents = CASE WHEN p_agent = ANY (s.agents) THEN s.agents
+                ELSE ARRAY(SELECT a FROM unnest(s.agents || p_agent) AS a
+                           ORDER BY a COLLATE "C") END,
+            message_count = s.message_count + v_count,
+            first_at = least(s.first_at, v_first),
+            last_at = greatest(s.last_at, v_newest);
+    END IF;
+    RETURN coalesce(v_ids, ARRAY[]::text[]);
+END $fn$"""
+
+_SAVE_RECORD: Final = f"""
+CREATE OR REPLACE FUNCTION {{f_record}}(p_user text, p_session text, p_agent text,
+    p_id text, p_kind text, p_at timestamptz, p_record text)
+RETURNS TABLE (r_seq bigint, r_at timestamptz, r_record text) LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_last bigint;
+BEGIN
+    SELECT o_last INTO v_last FROM {{f_lock}}(p_user, p_session, p_agent);
+    RETURN QUERY SELECT key_seq, created_at, record FROM {{records}}
+        WHERE {_KEY} AND record_id = p_id;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO {{records}} (user_id, session_id, agent_id, key_seq, record_id, kind,
+                           created_at, record)
+    VALUES (p_user, p_session, p_agent, v_last + 1, p_id, p_kind, p_at, p_record);
+    UPDATE {{keys}} SET last_seq = v_last + 1 WHERE {_KEY};
+    RETURN QUERY SELECT v_last + 1, p_at, p_record;
+END $fn$"""
+
+_DELETE: Final = f"""
+CREATE OR REPLACE FUNCTION {{f_delete}}(p_user text, p_session text, p_agent text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM 1 FROM {{keys}} WHERE {_KEY} FOR UPDATE;
+    DELETE FROM {{t}} WHERE {_KEY};
+    DELETE FROM {{records}} WHERE {_KEY};
+    DELETE FROM {{checkpoints}} WHERE {_KEY};
+    DELETE FROM {{leases}} WHERE {_KEY};
+    DELETE FROM {{keys}} WHERE {_KEY};
+    PERFORM {{f_refresh}}(p_user, p_session);
+END $fn$"""
+
+_DELETE_USER: Final = """
+CREATE OR REPLACE FUNCTION {f_delete_user}(p_user text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM 1 FROM {keys} WHERE user_id = p_user
+        ORDER BY user_id, session_id, agent_id FOR UPDATE;
+    DELETE FROM {t} WHERE user_id = p_user;
+    DELETE FROM {records} WHERE user_id = p_user;
+    DELETE FROM {checkpoints} WHERE user_id = p_user;
+    DELETE FROM {leases} WHERE user_id = p_user;
+    DELETE FROM {keys} WHERE user_id = p_user;
+    DELETE FROM {sessions} WHERE user_id = p_user;
+END $fn$"""
+
+_PURGE: Final = """
+CREATE OR REPLACE FUNCTION {f_purge}(p_before timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_deleted bigint := 0; v_n bigint; k record;
+BEGIN
+    FOR k IN
+        SELECT kk.user_id, kk.session_id, kk.agent_id FROM {keys} kk
+        WHERE (kk.user_id, kk.session_id, kk.agent_id) IN (
+            SELECT m.user_id, m.session_id, m.agent_id FROM {t} m
+            WHERE m.created_at < p_before)
+        ORDER BY kk.user_id, kk.session_id, kk.agent_id
+        FOR UPDATE OF kk
+    LOOP
+        DELETE FROM {t} WHERE user_id = k.user_id AND session_id = k.session_id
+            AND agent_id = k.agent_id AND created_at < p_before;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_deleted := v_deleted + v_n;
+        DELETE FROM {checkpoints} WHERE user_id = k.user_id AND session_id = k.session_id
+            AND agent_id = k.agent_id;
+        UPDATE {keys} kk SET epoch = gen_random_uuid()::text,
+            (message_count, first_at, last_at) = (
+                SELECT count(*), min(created_at), max(created_at) FROM {t} m
+                WHERE m.user_id = k.user_id AND m.session_id = k.session_id
+                  AND m.agent_id = k.agent_id)
+        WHERE kk.user_id = k.user_id AND kk.session_id = k.session_id
+          AND kk.agent_id = k.agent_id;
+        DELETE FROM {keys} kk WHERE kk.user_id = k.user_id AND kk.session_id = k.session_id
+            AND kk.agent_id = k.agent_id AND kk.message_count = 0
+            AND NOT EXISTS (SELECT 1 FROM {records} r WHERE r.user_id = k.user_id
+                AND r.session_id = k.session_id AND r.agent_id = k.agent_id);
+        PERFORM {f_refresh}(k.user_id, k.session_id);
+    END LOOP;
+    RETURN v_deleted;
+END $fn$"""
+
+# In creation order (a function must exist before one that calls it is first run; PL/pgSQL
+# resolves names at run time, so the order only matters for readability).
+FUNCTIONS: Final = (_LOCK, _REFRESH, _SAVE, _SAVE_RECORD, _DELETE, _DELETE_USER, _PURGE)

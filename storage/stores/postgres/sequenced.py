@@ -1,0 +1,59 @@
+"""``SequencedStorage`` on PostgreSQL: a key's head and its tail after a sequence number."""
+
+from __future__ import annotations
+
+from storage.abilities import Head, Tail
+from storage.codec import decode
+from storage.message import ChatKey
+from storage.stores.base import check_key
+from storage.stores.checks import check_after
+from storage.stores.postgres.core import PostgresCore
+from storage.stores.postgres.text import key_args
+
+__all__ = ["SequencedMixin"]
+
+
+class SequencedMixin(PostgresCore):
+    """Heads and tails: per-key sequence numbers follow commit order (the key's row lock)."""
+
+    async def head(self, key: ChatKey) -> Head:
+        """The key's head in one query: the indexed ``max(key_seq)``, the epoch, and the
+        checkpoint's version (0 when none, or when it belongs to an older epoch).
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
+            StorageUnavailableError: the server cannot be reached (password redacted).
+        """
+        args = key_args(check_key(key))
+        pool = self._pool or await self._get_pool()
+        row = await pool.fetchrow(self._sql.head, *args)
+        assert row is not None
+        return Head(int(row[0]), row[1], int(row[2]))
+
+    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
+        """Messages with ``seq > after`` and the head, in one statement (one snapshot): an
+        indexed range read on ``(user_id, session_id, agent_id, key_seq)``.
+
+        Raises:
+            InvalidArgumentError: ``after`` is not an int >= 0.
+            InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
+            StorageUnavailableError: the server cannot be reached (password redacted).
+            CorruptRecordError: a stored record cannot be decoded.
+        """
+        args = key_args(check_key(key))
+        after = check_after(after)
+        pool = self._pool or await self._get_pool()
+        rows = await pool.fetch(self._sql.fetch_since, *args, after)
+        head = Head(0, "", 0)
+        found: list[tuple[int, str]] = []
+        for seq, record, last_seq, epoch, version in rows:
+            if seq is None:
+                head = Head(int(last_seq), epoch, int(version))
+            else:
+                found.append((seq, record))
+        found.sort(key=lambda row: row[0])  # in index order already: O(n)
+        return Tail(
+            head,
+            tuple(seq for seq, _ in found),
+            tuple(decode(record) for _, record in found),
+        )

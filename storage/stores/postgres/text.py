@@ -1,0 +1,67 @@
+"""Values as the store writes them into ``text`` columns, which cannot hold NUL.
+
+Key parts cannot hold NUL (``ChatKey`` refuses it); message ids, record ids and kinds, and
+lease owners can, so they are escaped (``\\0``, and ``\\`` as ``\\\\``) in their columns; the
+JSON records escape NUL as ``\\u0000`` themselves. The searchable words are chatlayers' own
+normalized words (:func:`storage.search.tokenize`): case- and accent-insensitive like every
+other store's search, and never holding NUL.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from storage.errors import InvalidKeyError
+from storage.message import ChatKey, ChatMessage
+from storage.search import message_search_text, tokenize
+
+__all__ = ["MAX_SEARCH_CHARS", "escape_column", "key_args", "search_words", "utf8_part"]
+
+# A tsvector holds at most 1 MB; the first 200,000 characters of words always fit.
+MAX_SEARCH_CHARS: Final = 200_000
+
+
+def escape_column(value: str) -> str:
+    """``value`` for a ``text`` column: NUL as ``\\0`` and ``\\`` as ``\\\\`` (distinct ids
+    stay distinct)."""
+    if "\x00" in value or "\\" in value:
+        return value.replace("\\", "\\\\").replace("\x00", "\\0")
+    return value
+
+
+def utf8_part(field: str, value: str) -> str:
+    """A key part checked for lone surrogates (which UTF-8, and so the server, cannot hold).
+
+    Raises:
+        InvalidKeyError: ``value`` holds a lone surrogate (its position named).
+    """
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidKeyError(
+                f"{field} holds a lone surrogate at position {exc.start}, which cannot be "
+                "stored as UTF-8"
+            ) from None
+    return value
+
+
+def key_args(key: ChatKey) -> tuple[str, str, str]:
+    """The key's parts as query arguments.
+
+    Raises:
+        InvalidKeyError: a part holds a lone surrogate.
+    """
+    return (
+        utf8_part("user_id", key.user_id),
+        utf8_part("session_id", key.session_id),
+        utf8_part("agent_id", key.agent_id),
+    )
+
+
+def search_words(message: ChatMessage) -> str:
+    """The message's searchable words, normalized, space-separated, bounded in length."""
+    words = " ".join(tokenize(message_search_text(message)))
+    if len(words) > MAX_SEARCH_CHARS:
+        words = words[:MAX_SEARCH_CHARS].rpartition(" ")[0]
+    return words

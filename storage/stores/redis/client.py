@@ -1,0 +1,119 @@
+"""The driver side of the Redis store: redis-py imported lazily, scripts run with EVALSHA.
+
+redis-py's asyncio client is asyncio-only, and so is the Redis store.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from storage.errors import ConfigError
+from storage.stores.redis.scripts import Script
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
+__all__ = ["ScriptClient", "driver_query_names", "import_driver"]
+
+_CLUSTER_OPTIONS: Final = frozenset(
+    {"read_from_replicas", "require_full_coverage", "reinitialize_steps", "cluster_error_retry_attempts"}
+)
+
+
+def import_driver() -> Any:
+    """The ``redis`` package with its asyncio client loaded.
+
+    Raises:
+        ConfigError: redis-py is not installed (the error names the extra to install).
+    """
+    try:
+        import redis
+        import redis.asyncio
+        import redis.asyncio.cluster
+        import redis.exceptions
+    except ImportError as exc:
+        raise ConfigError(
+            "RedisChatStorage needs redis-py: pip install 'chatlayers[redis]'"
+        ) from exc
+    return redis
+
+
+def driver_query_names(redis: Any) -> set[str]:
+    """The query options redis-py understands in a URL (the rest would fail at connect)."""
+    from redis.asyncio import connection
+
+    names = set(getattr(connection, "URL_QUERY_ARGUMENT_PARSERS", {}))
+    for cls in (connection.AbstractConnection, connection.SSLConnection):
+        names |= set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "args"}
+    names |= {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_ca_path"}
+    return names | _CLUSTER_OPTIONS
+
+
+class ScriptClient:
+    """One redis-py client (a single server or a Cluster) with script helpers."""
+
+    __slots__ = ("client", "cluster", "_init_lock", "_no_script")
+
+    def __init__(self, redis: Any, url: str, *, cluster: bool, options: dict[str, Any]) -> None:
+        self.cluster = cluster
+        self._no_script = redis.exceptions.NoScriptError
+        if cluster:
+            self.client: Redis | RedisCluster = redis.asyncio.cluster.RedisCluster.from_url(
+                url, **options
+            )
+        else:
+            self.client = redis.asyncio.Redis.from_url(url, **options)
+        self._init_lock = anyio.Lock()
+
+    async def ready(self) -> Redis | RedisCluster:
+        """The client, its Cluster nodes discovered.
+
+        redis-py's asyncio ``RedisCluster`` (8.1) fails with ``AttributeError`` on
+        ``_writer`` when many tasks send their first commands while it initializes (or
+        re-initializes after an error), so one task initializes under a lock first.
+        """
+        client = self.client
+        if self.cluster and getattr(client, "_initialize", False):
+            async with self._init_lock:
+                if getattr(client, "_initialize", False):
+                    await client.initialize()
+        return client
+
+    async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``script`` (loading it when the server does not know it)."""
+        client = await self.ready()
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+        except self._no_script:
+            await client.script_load(script.source)
+            return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+    async def eval_many(
+        self, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)``: one pipelined round trip on a single
+        server; one call after the other on a Cluster (each may be on another node)."""
+        if not calls:
+            return []
+        client = await self.ready()
+        if self.cluster:
+            return [await self.eval(script, keys, args) for keys, args in calls]
+        for attempt in (0, 1):
+            pipe = client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            try:
+                return list(await pipe.execute())
+            except self._no_script:
+                if attempt:
+                    raise
+                await client.script_load(script.source)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

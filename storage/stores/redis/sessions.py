@@ -1,0 +1,111 @@
+"""``list_sessions`` on Redis: keyset pages over the user's session index.
+
+The index (``P:{U}:x``) orders sessions by their newest message time in exact microseconds;
+pages are ordered like every store's (``last_at`` in the cursor's microseconds, newest
+first, then ``session_id`` ascending, :func:`storage.abilities.encode_session_cursor`). The
+two differ by at most a microsecond (the cursor goes through a float), so rows are read in
+chunks and a row is placed only once no unread row can sort before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Final
+
+from storage.abilities import SessionInfo, SessionPage, encode_session_cursor
+from storage.stores.redis.layout import decode_part, from_us
+
+__all__ = ["IndexRow", "cursor_us", "page_sessions", "session_info"]
+
+# A row may sort up to this many µs away from its index score (float rounding).
+_SLACK: Final = 2
+
+# (cursor µs, session_id, encoded member, index score µs)
+IndexRow = tuple[int, str, str, int]
+ReadChunk = Callable[[int, int, int], Awaitable[list[tuple[bytes, float]]]]
+ReadInfos = Callable[[Sequence[str]], Awaitable[list[SessionInfo | None]]]
+
+
+def cursor_us(moment: datetime) -> int:
+    """``moment`` in the microseconds a session cursor holds (the memory store's unit)."""
+    return int(moment.timestamp() * 1_000_000)
+
+
+def session_info(member: str, reply: list[object]) -> SessionInfo | None:
+    """A session's info from the ``SESSION_INFO`` script's reply (``None``: no message)."""
+    rows = reply[2]
+    assert isinstance(rows, list)
+    agents: list[str] = []
+    count = 0
+    first: int | None = None
+    last: int | None = None
+    for n in range(0, len(rows), 4):
+        messages = int(rows[n + 1])
+        if messages <= 0:
+            continue
+        agents.append(decode_part(rows[n]))
+        count += messages
+        f, t = int(rows[n + 2]), int(rows[n + 3])
+        first = f if first is None else min(first, f)
+        last = t if last is None else max(last, t)
+    if not count or first is None or last is None:
+        return None
+    return SessionInfo(decode_part(member), tuple(sorted(agents)), count, from_us(first), from_us(last))
+
+
+async def page_sessions(
+    read_chunk: ReadChunk,
+    read_infos: ReadInfos,
+    limit: int,
+    after: tuple[int, str] | None,
+) -> SessionPage:
+    """One page of sessions.
+
+    Args:
+        read_chunk: ``(max_score, offset, count)`` -> index rows ``(member, score)`` with
+            score <= max_score, highest first.
+        read_infos: the infos of some members (``None`` for a session holding no message).
+        limit: the page size (>= 1).
+        after: the decoded cursor, or ``None`` for the first page.
+    """
+    max_score = after[0] + _SLACK if after is not None else 2**62
+    chunk = max(4 * (limit + 1), 64)
+    offset = 0
+    exhausted = False
+    lowest = max_score
+    pending: list[IndexRow] = []
+    found: list[tuple[IndexRow, SessionInfo]] = []
+    while len(found) <= limit:
+        ready = exhausted or (pending and pending[0][0] > lowest + _SLACK)
+        if not ready:
+            rows = await read_chunk(max_score, offset, chunk)
+            offset += len(rows)
+            exhausted = len(rows) < chunk
+            for raw, score in rows:
+                member = raw.decode("ascii")
+                exact = int(score)
+                lowest = min(lowest, exact)
+                row = (cursor_us(from_us(exact)), decode_part(member), member, exact)
+                if after is None or (-row[0], row[1]) > (-after[0], after[1]):
+                    pending.append(row)
+            pending.sort(key=lambda r: (-r[0], r[1]))
+            continue
+        if not pending:
+            break
+        take: list[IndexRow] = []
+        while pending and len(take) < limit + 1 - len(found):
+            if not exhausted and pending[0][0] <= lowest + _SLACK:
+                break
+            take.append(pending.pop(0))
+        if not take:
+            continue
+        infos = await read_infos([row[2] for row in take])
+        found += [(row, info) for row, info in zip(take, infos, strict=True) if info is not None]
+    next_cursor = None
+    if len(found) > limit:
+        # The index's time, not the info's: they differ only after a crash between a write
+        # and its index update, and the cursor must follow the order pages are read in.
+        row = found[limit - 1][0]
+        next_cursor = encode_session_cursor(from_us(row[3]), row[1])
+    return SessionPage(tuple(info for _, info in found[:limit]), next_cursor)

@@ -1,0 +1,117 @@
+"""Summary checkpoints and summarizing leases of the SQLite store (one row per key each).
+
+A checkpoint is stored apart from the messages (``fetch`` never sees it) and is written by
+compare-and-set inside one write transaction: the version, the key's epoch and the covered
+sequence number are checked under the write lock, so two processes can never both win. A
+lease row holds its owner and its expiry in seconds of the store's clock, so a worker that
+dies holding it loses it after ``ttl``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+import attrs
+
+from storage.abilities import Head, SummaryCheckpoint
+from storage.codec import decode, encode
+from storage.message import ChatKey
+from storage.stores.sqlite.tallies import KEY
+from storage.stores.sqlite.writes import from_us, to_us
+
+__all__ = ["EMPTY_HEAD", "acquire", "head", "load", "release", "save"]
+
+EMPTY_HEAD: Final = Head(0, "", 0)
+# The epoch, the newest sequence number (from the messages index) and the checkpoint's
+# version: three primary-key or index lookups in one statement.
+_HEAD: Final = (
+    "SELECT c.epoch, (SELECT seq FROM messages WHERE {key} ORDER BY seq DESC LIMIT 1), "
+    "(SELECT version FROM checkpoints WHERE {key}) FROM conversations c WHERE {key}"
+).format(key=KEY)
+
+
+def head(conn: sqlite3.Connection, key: ChatKey) -> Head:
+    """The key's head (``Head(0, "", 0)`` when it holds no message)."""
+    params = (key.user_id, key.session_id, key.agent_id)
+    row = conn.execute(_HEAD, params * 3).fetchone()
+    if row is None or row[1] is None:
+        return EMPTY_HEAD
+    return Head(row[1], row[0], row[2] or 0)
+
+
+def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
+    """The key's checkpoint of its current epoch, or ``None``."""
+    row = conn.execute(
+        "SELECT k.version, k.epoch, k.covers_to, k.summarizer, k.created_us, k.records "
+        "FROM checkpoints k JOIN conversations c USING (user_id, session_id, agent_id) "
+        "WHERE k.user_id = ? AND k.session_id = ? AND k.agent_id = ? AND k.epoch = c.epoch",
+        (key.user_id, key.session_id, key.agent_id),
+    ).fetchone()
+    if row is None:
+        return None
+    version, epoch, covers_to, summarizer, created_us, records = row
+    return SummaryCheckpoint(
+        tuple(decode(r) for r in records.split("\n")),
+        covers_to,
+        epoch,
+        summarizer,
+        from_us(created_us),
+        version,
+    )
+
+
+def save(
+    conn: sqlite3.Connection, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
+) -> SummaryCheckpoint | None:
+    """Compare-and-set (inside a write transaction; ``checkpoint`` already checked)."""
+    params = (key.user_id, key.session_id, key.agent_id)
+    current = head(conn, key)
+    if (
+        not current.epoch
+        or current.checkpoint_version != expected_version
+        or checkpoint.epoch != current.epoch
+    ):
+        return None
+    covered = conn.execute(
+        f"SELECT 1 FROM messages WHERE {KEY} AND seq = ?", (*params, checkpoint.covers_to)
+    ).fetchone()
+    if covered is None:
+        return None
+    stored = attrs.evolve(checkpoint, version=expected_version + 1)
+    conn.execute(
+        "INSERT OR REPLACE INTO checkpoints (user_id, session_id, agent_id, version, epoch, "
+        "covers_to, summarizer, created_us, records) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            *params,
+            stored.version,
+            stored.epoch,
+            stored.covers_to,
+            stored.summarizer,
+            to_us(stored.created_at),
+            "\n".join(encode(m) for m in stored.messages),  # records are one line each
+        ),
+    )
+    return stored
+
+
+def acquire(conn: sqlite3.Connection, key: ChatKey, owner: str, ttl: float, now: float) -> bool:
+    """Take or extend the lease (inside a write transaction)."""
+    params = (key.user_id, key.session_id, key.agent_id)
+    held = conn.execute(f"SELECT owner, expires FROM leases WHERE {KEY}", params).fetchone()
+    if held is not None and held[0] != owner and held[1] > now:
+        return False
+    conn.execute(
+        "INSERT OR REPLACE INTO leases (user_id, session_id, agent_id, owner, expires) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (*params, owner, now + ttl),
+    )
+    return True
+
+
+def release(conn: sqlite3.Connection, key: ChatKey, owner: str) -> None:
+    """Drop the lease if ``owner`` holds it."""
+    conn.execute(
+        f"DELETE FROM leases WHERE {KEY} AND owner = ?",
+        (key.user_id, key.session_id, key.agent_id, owner),
+    )

@@ -1,0 +1,625 @@
+"""``SQLiteChatStorage``: the embedded default store (stdlib ``sqlite3``, WAL mode).
+
+Calls run on the event-loop thread. A local indexed SQLite read takes microseconds, far less
+than one thread hop (about 95 µs on the reference machine), so hopping threads would make
+every small read several times slower; the price is that a write blocked on another process's
+lock blocks the loop for up to ``busy_timeout``.
+
+Reads go through a :class:`~storage.codec.DecodeCache`: a record is never rewritten and a
+sequence number never reused (``AUTOINCREMENT``), so a fetch first reads only the key's
+sequence numbers (an index-only scan) and returns the messages it decoded before; when some
+are new, one statement reads the records from the oldest new one on. Every fetch still asks
+the database which messages exist, so writes and deletes by other processes are always seen.
+
+Erasure: connections run with ``PRAGMA secure_delete = ON`` (deleted rows and freed pages are
+zeroed), and ``delete``, ``delete_user`` and ``purge`` end by merging the search index and
+truncating the write-ahead log, so the erased text is in none of the files afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, Literal, Self
+
+from storage.abilities import (
+    ConversationRecord,
+    Head,
+    SearchHit,
+    SessionPage,
+    SummaryCheckpoint,
+    Tail,
+)
+from storage.codec import DecodeCache, decode
+from storage.durations import parse_duration
+from storage.errors import ConflictError, InvalidArgumentError, StorageUnavailableError
+from storage.history import drop_orphaned_results, prepare_batch, validate_history
+from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.search import check_search_args, make_snippet, message_search_text
+from storage.stores.base import BaseStore, SessionRow, check_key
+from storage.stores.checks import (
+    check_after,
+    check_checkpoint,
+    check_cursor,
+    check_expected_version,
+    check_lease,
+    check_now,
+    check_page_limit,
+    check_record,
+)
+from storage.stores.sqlite import checkpoints, fts, records, sessions, tallies
+from storage.stores.sqlite.schema import check_version, migrate
+from storage.stores.sqlite.tallies import KEY
+from storage.stores.sqlite.writes import append, to_us, transaction, wipe_wal
+from storage.stores.urls import path_from_url
+
+__all__ = ["SQLiteChatStorage", "Synchronous"]
+
+Synchronous = Literal["off", "normal", "full", "extra"]
+_DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
+
+# Sequence numbers only: answered from the (user, session, agent, seq) index alone.
+_SEQS = f"SELECT seq FROM messages WHERE {KEY} ORDER BY seq"
+_SEQS_LAST = f"SELECT seq FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT ?"
+# Records from sequence ? on (older rows come without theirs: SQLite then never reads their
+# table row); one statement, so it sees one snapshot of the database.
+_ROWS = f"SELECT seq, CASE WHEN seq >= ? THEN record END FROM messages WHERE {KEY} ORDER BY seq"
+_ROWS_LAST = (
+    f"SELECT seq, CASE WHEN seq >= ? THEN record END FROM messages WHERE {KEY} "
+    "ORDER BY seq DESC LIMIT ?"
+)
+# Without a cache: the records alone.
+_RECORDS = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq"
+_RECORDS_LAST = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT ?"
+_SINCE = f"SELECT seq, record FROM messages WHERE {KEY} AND seq > ? ORDER BY seq"
+_SESSION = "SELECT seq, agent_id, created_us, record FROM messages WHERE user_id = ? AND session_id = ?"
+_SEARCH = (
+    "SELECT m.seq, m.session_id, m.agent_id, m.record, bm25(messages_fts, 1.0, 0.0) AS score "
+    "FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid "
+    "WHERE messages_fts MATCH ? AND m.user_id = ? "
+    "ORDER BY score, m.created_us DESC, m.seq DESC LIMIT ?"
+)
+
+
+class SQLiteChatStorage(BaseStore):
+    """Message records in one table ordered by an autoincrement sequence, with the tables
+    every ability needs beside it (see :mod:`storage.stores.sqlite.schema`).
+
+    Implements every ability of :mod:`storage.abilities` with the semantics of the memory
+    store (the reference): heads and tails, checkpoints (compare-and-set) and leases,
+    replace and conditional saves, session listing from an index, FTS5 search, records, and
+    retention. Several store instances and processes may share one file.
+
+    Args:
+        path: database file, or ``":memory:"``. Opened on first use (constructing a store
+            touches no file); a new file is created with mode 0600 and missing parent
+            directories with 0700, since chat history holds personal data.
+        synchronous: SQLite's ``PRAGMA synchronous``. ``"normal"`` (default) with WAL survives
+            a process crash (kill -9) but may lose the last commits on power loss; ``"full"``
+            fsyncs the WAL on every commit (durable against power loss, slower appends).
+        busy_timeout: seconds to wait for another process's write lock.
+        cache_chars: budget of the decoded-message cache in characters of record text
+            (default 32 Mi, roughly 30-60 MB of memory when full); 0 disables it, making
+            every fetch decode every record.
+        create: create the database when the file does not exist (default); with ``False``
+            a missing file is an error (the CLI's read-only commands use this, so a mistyped
+            path is not mistaken for an empty database).
+        retention: messages older than this (seconds, or a duration such as ``"30d"``) are
+            deleted by :meth:`purge`, and by writes at most once per ``purge_interval``;
+            ``None`` (default): kept forever.
+        purge_interval: seconds (or a duration) between automatic purges; default one hour.
+        clock: the time in seconds since the Unix epoch (default ``time.time``): lease
+            expiry, the retention cut-off and the purge interval read it (tests inject one).
+            Leases are shared by processes, so their clocks must agree.
+
+    Raises:
+        InvalidArgumentError: a bad ``synchronous``, ``busy_timeout``, ``cache_chars``,
+            ``retention`` or ``purge_interval``.
+        StorageUnavailableError: on first use, the file cannot be opened, is not a SQLite
+            database, or does not exist and ``create`` is false; on any call after ``aclose``.
+        SchemaVersionError: on first use, the database was written by a newer chatlayers.
+    """
+
+    scheme = "sqlite"
+    driver_errors = (sqlite3.Error, OSError)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "chatlayers.db",
+        *,
+        synchronous: Synchronous = "normal",
+        busy_timeout: float = 5.0,
+        cache_chars: int = _DEFAULT_CACHE_CHARS,
+        create: bool = True,
+        retention: float | str | timedelta | None = None,
+        purge_interval: float | str | timedelta = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous not in ("off", "normal", "full", "extra"):
+            raise InvalidArgumentError(
+                f"synchronous must be off, normal, full or extra, not {synchronous!r}"
+            )
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise InvalidArgumentError(f"busy_timeout must be seconds, got {busy_timeout!r}")
+        if not busy_timeout >= 0:
+            raise InvalidArgumentError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
+        if type(cache_chars) is not int or cache_chars < 0:
+            raise InvalidArgumentError(f"cache_chars must be an int >= 0, got {cache_chars!r}")
+        self.path = os.fspath(path)
+        self.synchronous = synchronous
+        self.busy_timeout = float(busy_timeout)
+        self.create = create
+        self.retention = parse_duration(retention) if retention is not None else None
+        self.purge_interval = parse_duration(purge_interval)
+        self._clock = clock
+        self._last_purge: float | None = None
+        self._cache = DecodeCache(cache_chars)
+        self._db: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """``sqlite:///relative.db``, ``sqlite:////absolute.db`` or ``sqlite://:memory:``;
+        query options are the constructor's (``?synchronous=full&retention=30d``).
+
+        Raises:
+            ConfigError: not a sqlite URL, no path, ``sqlite://x.db`` (two slashes name a
+                host: the message shows ``sqlite:///x.db``), or an unknown query option.
+        """
+        store = cls(path_from_url(url, "sqlite", options=options), **options)
+        store.display_url = url.partition("?")[0]
+        return store
+
+    # --- connection ----------------------------------------------------------------------
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        # Opened on first use: building a stack (``chatlayers stack``) touches no file.
+        db = self._db
+        return db if db is not None else self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StorageUnavailableError(f"{self.describe()}: the store is closed")
+        on_disk = self.path != ":memory:" and not self.path.startswith("file:")
+        conn: sqlite3.Connection | None = None
+        try:
+            if on_disk and not os.path.exists(self.path):
+                if not self.create:
+                    raise StorageUnavailableError(
+                        f"no SQLite database at {self.path!r} (create=False)"
+                    )
+                Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                # Chat history holds personal data: owner-only, like the JSONL store's files.
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, cached_statements=128
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            # Read the version before anything writes (journal_mode writes the header).
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            check_version(version, self.describe())
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA secure_delete = ON")
+            migrate(conn, self.describe())
+        except (sqlite3.Error, OSError) as exc:
+            if conn is not None:
+                conn.close()
+            raise StorageUnavailableError(
+                f"cannot open SQLite database {self.path!r}: {exc}"
+            ) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        self._db = conn
+        return conn
+
+    def _location(self) -> str:
+        return "sqlite://:memory:" if self.path == ":memory:" else f"sqlite:///{self.path}"
+
+    def _describe_options(self) -> str:
+        options = f"synchronous={self.synchronous}"
+        if self.retention is not None:
+            options += f", retention={self.retention:g}s"
+        return options
+
+    async def _close(self) -> None:
+        self._cache.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _erase(self, conn: sqlite3.Connection) -> None:
+        if self.path != ":memory:":
+            wipe_wal(conn, self.describe())
+
+    # --- BaseStore hooks -----------------------------------------------------------------
+
+    async def _save(self, key: ChatKey, batch: list[ChatMessage]) -> list[ChatMessage]:
+        with transaction(self._conn) as conn:
+            stored, _ = append(conn, key, batch)
+        if self.retention is not None:
+            self._maybe_purge()
+        return stored
+
+    async def _fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        params = (key.user_id, key.session_id, key.agent_id)
+        conn = self._conn
+        if limit is None:
+            if not self._cache.max_chars:
+                return [decode(r) for (r,) in conn.execute(_RECORDS, params).fetchall()]
+            cached = self._cache.messages
+            seqs = conn.execute(_SEQS, params).fetchall()
+            try:
+                return [cached[seq] for (seq,) in seqs]
+            except KeyError as exc:
+                rows = conn.execute(_ROWS, (exc.args[0], *params)).fetchall()
+            return self._decode(rows, _ROWS, params)
+        if not self._cache.max_chars:
+            records = conn.execute(_RECORDS_LAST, (*params, limit)).fetchall()
+            records.reverse()
+            return drop_orphaned_results([decode(r) for (r,) in records])
+        seqs = conn.execute(_SEQS_LAST, (*params, limit)).fetchall()
+        seqs.reverse()
+        return drop_orphaned_results(self._window(seqs, params, limit))
+
+    def _window(
+        self, seqs: list[tuple[int]], params: tuple[str, str, str], limit: int
+    ) -> list[ChatMessage]:
+        cached = self._cache.messages
+        try:
+            return [cached[seq] for (seq,) in seqs]
+        except KeyError as exc:
+            rows = self._conn.execute(_ROWS_LAST, (exc.args[0], *params, limit)).fetchall()
+        rows.reverse()
+        return self._decode(rows, _ROWS_LAST, (*params, limit), reverse=True)
+
+    def _decode(
+        self,
+        rows: list[tuple[int, str | None]],
+        query: str,
+        params: tuple[object, ...],
+        *,
+        reverse: bool = False,
+    ) -> list[ChatMessage]:
+        try:
+            return self._cache.decode_rows(rows)
+        except KeyError:
+            # A row the first read found cached is not any more (cannot happen while the
+            # cache is only touched on this thread); read every record instead.
+            rows = self._conn.execute(query, (0, *params)).fetchall()
+            if reverse:
+                rows.reverse()
+            return self._cache.decode_rows(rows)
+
+    async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
+        rows = self._conn.execute(_SESSION, (user_id, session_id)).fetchall()
+        messages = self._cache.decode_rows((seq, record) for seq, _, _, record in rows)
+        return [
+            (m.created_at or datetime.min.replace(tzinfo=UTC), seq, agent_id, m)
+            for (seq, agent_id, _, _), m in zip(rows, messages, strict=True)
+        ]
+
+    async def _delete(self, key: ChatKey) -> None:
+        params = (key.user_id, key.session_id, key.agent_id)
+        with transaction(self._conn) as conn:
+            seqs = self._remove_messages(conn, KEY, params)
+            for table in ("conversations", "checkpoints", "leases", "records"):
+                conn.execute(f"DELETE FROM {table} WHERE {KEY}", params)
+            tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
+        self._cache.discard(seqs)
+        self._erase(conn)
+
+    async def _delete_user(self, user_id: str) -> None:
+        with transaction(self._conn) as conn:
+            seqs = self._remove_messages(conn, "user_id = ?", (user_id,))
+            for table in ("conversations", "sessions", "checkpoints", "leases", "records"):
+                conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+        self._cache.discard(seqs)
+        self._erase(conn)
+
+    def _remove_messages(
+        self, conn: sqlite3.Connection, where: str, params: Sequence[object], *, erase: bool = True
+    ) -> list[int]:
+        """Delete the messages ``WHERE where`` and their index rows; their sequence numbers."""
+        seqs = [seq for (seq,) in conn.execute(f"SELECT seq FROM messages WHERE {where}", params)]
+        if seqs:
+            indexed = fts.unindex(conn, where, params)
+            conn.execute(f"DELETE FROM messages WHERE {where}", params)
+            if indexed and erase:
+                fts.erase(conn)
+        return seqs
+
+    async def _list_keys(self, user_id: str | None, session_id: str | None) -> Iterable[ChatKey]:
+        clauses: list[str] = []
+        params: list[str] = []
+        if user_id is not None:
+            clauses.append("user_id = ?")
+            params.append(user_id)
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._conn.execute(
+            f"SELECT user_id, session_id, agent_id FROM conversations{where}", params
+        ).fetchall()
+        return [ChatKey(*row) for row in rows]
+
+    # --- SequencedStorage ----------------------------------------------------------------
+
+    async def head(self, key: ChatKey) -> Head:
+        """The key's head: its epoch, newest sequence number (an indexed max read) and
+        checkpoint version, in one statement (``Head(0, "", 0)`` when it holds nothing).
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key(key)
+        return checkpoints.head(self._conn, key)
+
+    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
+        """Raw messages with ``seq > after`` and the head, in one read transaction.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: ``after`` is not an int >= 0.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key(key)
+        check_after(after)
+        conn = self._conn
+        conn.execute("BEGIN")  # one snapshot for the head and the rows
+        try:
+            head = checkpoints.head(conn, key)
+            rows = (
+                conn.execute(_SINCE, (key.user_id, key.session_id, key.agent_id, after)).fetchall()
+                if head.last_seq > after
+                else []
+            )
+        finally:
+            conn.execute("COMMIT")
+        messages = self._cache.decode_rows(rows)
+        return Tail(head, tuple(seq for seq, _ in rows), tuple(messages))
+
+    # --- CheckpointStorage ---------------------------------------------------------------
+
+    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
+        """The key's checkpoint, or ``None`` (none, or made under another epoch).
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            CorruptRecordError: a stored summary message cannot be decoded.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key(key)
+        return checkpoints.load(self._conn, key)
+
+    async def save_checkpoint(
+        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
+    ) -> SummaryCheckpoint | None:
+        """Compare-and-set the key's checkpoint under the database's write lock.
+
+        Returns:
+            The checkpoint stored as version ``expected_version + 1``, or ``None`` when the
+            current version is not ``expected_version``, the epoch is not the key's current
+            one, or ``covers_to`` is not the sequence number of a message the key holds.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: a bad ``expected_version`` or checkpoint field.
+            InvalidMessageError: a checkpoint message is invalid or not marked as a summary.
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        check_expected_version(expected_version)
+        checked = check_checkpoint(checkpoint)
+        with transaction(self._conn) as conn:
+            return checkpoints.save(conn, key, checked, expected_version)
+
+    async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
+        """Take (or extend) the key's summarizing lease for ``ttl`` seconds of the clock;
+        shared by every process using the file.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: ``owner`` empty or ``ttl`` not > 0.
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        seconds = check_lease(owner, ttl)
+        with transaction(self._conn) as conn:
+            return checkpoints.acquire(conn, key, owner, seconds, self._clock())
+
+    async def release_lease(self, key: ChatKey, owner: str) -> None:
+        """Give the lease back if ``owner`` holds it.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        checkpoints.release(self._conn, key, owner)
+
+    # --- ReplaceableStorage --------------------------------------------------------------
+
+    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """Replace the key's messages with ``messages`` in one transaction: a new epoch, the
+        checkpoint dropped, records kept. Returns the messages as stored.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        batch = prepare_batch(validate_history(list(messages)))
+        params = (key.user_id, key.session_id, key.agent_id)
+        with transaction(self._conn) as conn:
+            # Not an erasure: the search index is merged by later deletes, not here.
+            seqs = self._remove_messages(conn, KEY, params, erase=False)
+            conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+            stored: list[ChatMessage] = []
+            if batch:
+                stored, _ = append(conn, key, batch)
+            tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
+        self._cache.discard(seqs)
+        return stored
+
+    async def save_messages_if(
+        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
+    ) -> list[ChatMessage]:
+        """``save_messages`` only if ``head(key).version == expected_version``, checked and
+        written in one transaction.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidMessageError: a message breaks a rule (nothing stored).
+            ConflictError: the key's version is not ``expected_version`` (nothing stored).
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        batch = prepare_batch(messages)
+        with transaction(self._conn) as conn:
+            version = checkpoints.head(conn, key).version
+            if version != expected_version:
+                raise ConflictError(
+                    f"{key}: version is {version!r}, not {expected_version!r}; nothing stored"
+                )
+            stored = append(conn, key, batch)[0] if batch else []
+        if self.retention is not None:
+            self._maybe_purge()
+        return stored
+
+    # --- SessionListing ------------------------------------------------------------------
+
+    async def list_sessions(
+        self, user_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        """The user's sessions, newest ``last_at`` first, ties by ``session_id`` ascending:
+        one range read of the ``sessions_by_activity`` index (cost independent of how many
+        messages the sessions hold), plus one read of their agents.
+
+        Raises:
+            InvalidKeyError: ``user_id`` is not a valid key part.
+            InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key_part("user_id", user_id)
+        check_page_limit(limit)
+        after = check_cursor(cursor)
+        conn = self._conn
+        conn.execute("BEGIN")  # the sessions and their agents from one snapshot
+        try:
+            return sessions.page(conn, user_id, limit, after)
+        finally:
+            conn.execute("COMMIT")
+
+    # --- SearchableStorage ---------------------------------------------------------------
+
+    async def search(self, user_id: str, query: str, *, limit: int = 20) -> list[SearchHit]:
+        """The user's messages holding any word of ``query``, best first (FTS5 BM25; ties
+        go to the newer message); only that user's index entries are read.
+
+        Raises:
+            InvalidKeyError: ``user_id`` is not a valid key part.
+            InvalidArgumentError: a query without words, or ``limit`` < 1.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key_part("user_id", user_id)
+        terms = check_search_args(query, limit)
+        rows = self._conn.execute(
+            _SEARCH, (fts.match_query(user_id, terms), user_id, limit)
+        ).fetchall()
+        wanted = set(terms)
+        hits = []
+        for (_, session_id, agent_id, _, score), message in zip(
+            rows, self._cache.decode_rows((row[0], row[3]) for row in rows), strict=True
+        ):
+            snippet = make_snippet(message_search_text(message), wanted)
+            hits.append(SearchHit(ChatKey(user_id, session_id, agent_id), message, snippet, -score))
+        return hits
+
+    # --- RecordStorage -------------------------------------------------------------------
+
+    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
+        """Store ``record`` (a no-op returning the stored one when its id is stored already);
+        its ``seq`` is taken from the messages' sequence, so it orders among them.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: empty ``kind`` or data that is not JSON-like.
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        check_key(key)
+        check_record(record)
+        with transaction(self._conn) as conn:
+            return records.save(conn, key, record, self._now())
+
+    async def fetch_records(
+        self, key: ChatKey, *, kind: str | None = None
+    ) -> list[ConversationRecord]:
+        """The key's records in store order, optionally of one ``kind``.
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            StorageUnavailableError: the database cannot be read, or the store is closed.
+        """
+        check_key(key)
+        return records.fetch(self._conn, key, kind)
+
+    # --- RetentionStorage ----------------------------------------------------------------
+
+    async def purge(self, *, now: datetime | None = None) -> int:
+        """Delete messages older than ``now - retention`` (``now`` default: the clock) with
+        the checkpoints of their keys (each key touched starts a new epoch); records stay.
+        The erased text is gone from the files afterwards, as after ``delete``.
+
+        Returns:
+            How many messages were deleted (0 without ``retention``).
+
+        Raises:
+            InvalidArgumentError: ``now`` is not a timezone-aware datetime.
+            StorageUnavailableError: the database cannot be written, or the store is closed.
+        """
+        moment = check_now(now)
+        if self.retention is None:
+            return 0
+        return self._purge(moment if moment is not None else self._now())
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), UTC)
+
+    def _maybe_purge(self) -> None:
+        """Purge at most once per ``purge_interval`` (called after writes)."""
+        now = self._clock()
+        if self._last_purge is not None and now - self._last_purge < self.purge_interval:
+            return
+        self._purge(datetime.fromtimestamp(now, UTC))
+
+    def _purge(self, now: datetime) -> int:
+        assert self.retention is not None
+        self._last_purge = now.timestamp()
+        cutoff = (to_us(now - timedelta(seconds=self.retention)),)
+        old = "created_us < ?"
+        with transaction(self._conn) as conn:
+            keys = conn.execute(
+                f"SELECT DISTINCT user_id, session_id, agent_id FROM messages WHERE {old}", cutoff
+            ).fetchall()
+            if not keys:
+                return 0
+            seqs = self._remove_messages(conn, old, cutoff)
+            for key in keys:
+                conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", key)
+            tallies.refresh_keys(conn, keys)
+            tallies.refresh_sessions(conn, {(user, session) for user, session, _ in keys})
+        self._cache.discard(seqs)
+        self._erase(conn)
+        return len(seqs)

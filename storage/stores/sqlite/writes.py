@@ -1,0 +1,142 @@
+"""Writes of the SQLite store: transactions, appending a batch, removing rows, erasure.
+
+Every write runs in one ``BEGIN IMMEDIATE`` transaction: SQLite lets one writer at a time
+hold the database's write lock, and ``AUTOINCREMENT`` numbers rows while it is held, so a
+batch's sequence numbers are contiguous and per-key order is commit order (a reader tailing
+by sequence never misses a row committed later with a smaller number).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from storage.codec import encode
+from storage.errors import StorageUnavailableError
+from storage.message import ChatKey, ChatMessage
+from storage.stores.sqlite import fts, tallies
+
+__all__ = ["EPOCH", "MICRO", "append", "from_us", "next_seq", "to_us", "transaction", "wipe_wal"]
+
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+MICRO: Final = timedelta(microseconds=1)
+_INSERT: Final = (
+    "INSERT INTO messages (user_id, session_id, agent_id, message_id, created_us, record) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, session_id, agent_id, message_id) DO NOTHING"
+)
+
+
+def to_us(moment: datetime) -> int:
+    """Microseconds since the Unix epoch, exactly (no float rounding)."""
+    return (moment - EPOCH) // MICRO
+
+
+def from_us(us: int) -> datetime:
+    """The UTC datetime of :func:`to_us`."""
+    return EPOCH + us * MICRO
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction (the write lock taken at once); rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def append(
+    conn: sqlite3.Connection, key: ChatKey, batch: Sequence[ChatMessage]
+) -> tuple[list[ChatMessage], list[int]]:
+    """Insert a prepared batch inside a transaction, with its tallies and index rows.
+
+    Returns:
+        The newly stored messages (ids already stored for the key are skipped) and their
+        sequence numbers.
+    """
+    user, session, agent = key.user_id, key.session_id, key.agent_id
+    rows = []
+    last_at: datetime | None = None
+    us = 0
+    for m in batch:
+        at = m.created_at
+        if at is not last_at:  # a batch usually shares one timestamp
+            us = (at - EPOCH) // MICRO  # type: ignore[operator]
+            last_at = at
+        rows.append((user, session, agent, m.id, us, encode(m)))
+    stored: list[ChatMessage]
+    seqs: list[int]
+    if len(rows) == 1:
+        cursor = conn.execute(_INSERT, rows[0])
+        if not cursor.rowcount:
+            return [], []
+        stored, seqs = list(batch), [cursor.lastrowid or 0]
+        first_us = last_us = rows[0][4]
+    else:
+        conn.execute("SAVEPOINT batch")
+        if conn.executemany(_INSERT, rows).rowcount == len(rows):
+            # Numbered consecutively: nobody else can insert while the write lock is held.
+            (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+            stored, seqs = list(batch), list(range(last - len(rows) + 1, last + 1))
+            kept = rows
+        else:
+            # Some ids were stored before (a retried batch): redo row by row to learn which.
+            conn.execute("ROLLBACK TO batch")
+            stored, seqs, kept = [], [], []
+            for m, row in zip(batch, rows, strict=True):
+                cursor = conn.execute(_INSERT, row)
+                if cursor.rowcount:
+                    stored.append(m)
+                    seqs.append(cursor.lastrowid or 0)
+                    kept.append(row)
+        conn.execute("RELEASE batch")
+        if not stored:
+            return [], []
+        first_us = min(row[4] for row in kept)
+        last_us = max(row[4] for row in kept)
+    tallies.add(conn, key, len(stored), first_us, last_us)
+    fts.index_rows(conn, ((seq, user, m) for seq, m in zip(seqs, stored, strict=True)))
+    return stored, seqs
+
+
+def next_seq(conn: sqlite3.Connection) -> int:
+    """Take the next number of the messages' own sequence (inside a transaction), so a record
+    is ordered among the messages and no message ever gets its number."""
+    row = conn.execute(
+        "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'messages' RETURNING seq"
+    ).fetchone()
+    if row is not None:
+        return int(row[0])
+    # Nothing was ever inserted into messages: start the sequence here.
+    (top,) = conn.execute(
+        "SELECT max(coalesce((SELECT max(seq) FROM messages), 0), "
+        "coalesce((SELECT max(seq) FROM records), 0))"
+    ).fetchone()
+    conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', ?)", (top + 1,))
+    return int(top) + 1
+
+
+def wipe_wal(conn: sqlite3.Connection, where: str, attempts: int = 3) -> None:
+    """Copy the write-ahead log into the database and truncate it to zero bytes, so frames
+    holding erased rows are gone from ``-wal`` (``secure_delete`` zeroed them in the main
+    file). Waits for other connections' readers up to the busy timeout, a few times.
+
+    Raises:
+        StorageUnavailableError: other connections kept reading throughout (the rows are
+            deleted, but older copies may remain in ``-wal`` until the next checkpoint).
+    """
+    for _ in range(attempts):
+        (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy:
+            return
+    raise StorageUnavailableError(
+        f"{where}: the rows are deleted, but other connections kept the write-ahead log busy, "
+        "so older copies may remain in the -wal file until its next checkpoint"
+    )

@@ -1,0 +1,123 @@
+"""What a store author gives the conformance kit: a :class:`StoreHarness`, and the stacks
+(:data:`LAYERINGS`) the kit builds over it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+
+from storage.protocol import ChatStorage
+
+__all__ = [
+    "LAYERINGS",
+    "FakeClock",
+    "Layering",
+    "ServerControl",
+    "StoreHarness",
+    "open_store",
+    "scrubbed",
+    "summarized",
+]
+
+StoreOpener = Callable[..., "ChatStorage | Awaitable[ChatStorage]"]
+Layering = Callable[[ChatStorage], ChatStorage]
+
+
+class FakeClock:
+    """A clock a test moves by hand: seconds since the Unix epoch, like ``time.time``.
+
+    Pass it as a store's ``clock`` option (the project's one clock convention: a
+    ``Callable[[], float]`` of epoch seconds, for lease expiry, retention and intervals).
+    """
+
+    def __init__(self, start: float = 1_714_521_600.0) -> None:  # 2024-05-01T00:00:00Z
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        self.now += seconds
+
+
+@attrs.define
+class ServerControl:
+    """A server the kit may kill and restart (the store's own, for this test only).
+
+    Attributes:
+        open: a fresh store on that server (sync or async), as :attr:`StoreHarness.open`.
+        kill: kill the server at once (SIGKILL); returns when it is down.
+        restart: start it again on the same address and data; returns when it is up.
+        password: the password in the store's URL (checked to be redacted in errors), or
+            ``None`` when the URL has none.
+    """
+
+    open: StoreOpener
+    kill: Callable[[], None]
+    restart: Callable[[], None]
+    password: str | None = None
+
+
+@attrs.define
+class StoreHarness:
+    """How the kit opens the store under test.
+
+    Attributes:
+        open: ``open(**options)`` returns a new store instance (or an awaitable of one) over
+            the test's database: every call in one test sees the same data (two instances
+            over one database, a reopen after a crash). ``options`` are constructor options
+            the kit asks for (``retention=60``, ``clock=FakeClock()``); raise ``TypeError``
+            for one the store does not take and the kit skips what needs it.
+        url: a URL another process can open with ``storage.open_storage`` (the same
+            database), or ``None``: the kit then skips the multi-process scenarios (kill -9
+            in the middle of a write, two processes on one key). A store registered
+            through an entry point is found in the child process too (it gets this
+            process's ``sys.path``).
+        persistent: whether a new instance sees what an earlier (closed or killed) one
+            stored; ``False`` for process memory.
+        clock_option: the constructor option taking a clock (:class:`FakeClock`), or
+            ``None`` when the store has none (lease-expiry and automatic-purge tests are
+            skipped).
+    """
+
+    open: StoreOpener
+    url: str | None = None
+    persistent: bool = True
+    clock_option: str | None = "clock"
+
+
+async def open_store(opener: StoreOpener, **options: Any) -> ChatStorage:
+    """Call ``opener(**options)`` and await the result when it is awaitable."""
+    made = opener(**options)
+    if inspect.isawaitable(made):
+        made = await made
+    return made
+
+
+def scrubbed(inner: ChatStorage) -> ChatStorage:
+    """``scrub::``: the PII scrubber as a transforming layer, with a fixed secret."""
+    from storage.layers.transforming import TransformingChatStorage
+    from storage.pii import PIIScrubber
+
+    return TransformingChatStorage(inner, PIIScrubber(secret="conformance"))
+
+
+def summarized(inner: ChatStorage) -> ChatStorage:
+    """``summarize::`` with a threshold above every history of the protocol tests, so they
+    hold for the delegating path; the kit's ``test_active_summarizing_*`` tests use a low
+    trigger on every store."""
+    from storage.layers.summarizing import SummarizingChatStorage
+
+    return SummarizingChatStorage(inner, trigger_at=500)
+
+
+LAYERINGS: Mapping[str, Callable[[ChatStorage], ChatStorage]] = {
+    "plain": lambda store: store,
+    "scrub": scrubbed,
+    "summarize::scrub": lambda store: summarized(scrubbed(store)),
+}
+"""The stacks the protocol and ability tests run on, by name: each wraps the base store."""

@@ -1,0 +1,50 @@
+"""``parse_duration``: the one reading of "30d", "12h", seconds and timedeltas."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from storage.durations import parse_duration
+from storage.errors import InvalidArgumentError
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30d", 30 * 86400.0),
+        ("12h", 43200.0),
+        ("90s", 90.0),
+        ("15m", 900.0),
+        ("1.5h", 5400.0),
+        ("2w", 1209600.0),
+        ("250ms", 0.25),
+        (" 7D ", 7 * 86400.0),
+        ("3600", 3600.0),
+        ("0", 0.0),
+        (3600, 3600.0),
+        (0.5, 0.5),
+        (timedelta(days=1, seconds=1), 86401.0),
+    ],
+)
+def test_parse_duration(value: int | float | str | timedelta, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize(
+    "bad", ["-1d", "-5", -1, "abc", "", "1x", "d", "1d2h", True, float("nan"), float("inf"), None]
+)
+def test_bad_durations_refused_naming_the_value(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="duration") as info:
+        parse_duration(bad)  # type: ignore[arg-type]
+    if isinstance(bad, str) and bad:
+        assert repr(bad) in str(info.value)
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.sampled_from(["s", "m", "h", "d", "w"]))
+def test_units_scale(n: int, unit: str) -> None:
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+    assert parse_duration(f"{n}{unit}") == float(n) * scale
