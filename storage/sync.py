@@ -18,7 +18,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
@@ -39,6 +41,24 @@ Ts = TypeVarTuple("Ts")
 
 async def _thread_id() -> int:
     return threading.get_ident()
+
+
+def _close_at_exit(facade: SyncChatStorage) -> None:
+    """Close ``facade`` when the interpreter exits, before it waits for the portal thread.
+
+    The portal is a non-daemon worker thread: a script that never closes its facade would
+    otherwise hang at exit. ``threading._register_atexit`` callbacks run (newest first)
+    before non-daemon threads are joined, which plain ``atexit`` callbacks do not.
+    """
+    ref = weakref.ref(facade)
+
+    def close() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.close()
+
+    with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+        threading._register_atexit(close)
 
 
 class SyncChatStorage:
@@ -85,6 +105,7 @@ class SyncChatStorage:
                 self._portal_thread = portal.call(_thread_id)
                 self._portal_cm = cm
                 self._portal = portal
+                _close_at_exit(self)
             return self._portal
 
     def call(self, func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:

@@ -155,3 +155,58 @@ def test_safe_window_and_turns() -> None:
     assert last_turns_start(m, 2) == 1
     assert last_turns_start(m, 3) == 0
     assert last_turns_start(m, 0) == 6
+
+
+# --- developer role (11.3) and the leading system policy (15.5) ---------------------------
+
+
+def test_developer_role_is_accepted_first_like_system() -> None:
+    history = validate_history(
+        [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    )
+    assert [m.role for m in history] == ["developer", "user"]
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_developer_or_system_after_the_first_message_is_refused(role: str) -> None:
+    with pytest.raises(
+        InvalidMessageError, match=f"message 1: a {role} message is only allowed first"
+    ):
+        validate_history([{"role": "user", "content": "a"}, {"role": role, "content": "b"}])
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_system_strip_drops_the_leading_instructions(role: str) -> None:
+    raw = [
+        {"role": role, "content": "You are an airline agent."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    kept = validate_history(raw)
+    stripped = validate_history(raw, system="strip")
+    assert [m.role for m in kept] == [role, "user", "assistant"]
+    assert [m.to_openai() for m in stripped] == raw[1:]
+    assert [m.to_openai() for m in validate_history(raw, system="keep")] == raw
+
+
+def test_system_strip_without_a_leading_system_message_changes_nothing() -> None:
+    raw = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert [m.to_openai() for m in validate_history(raw, system="strip")] == raw
+    assert validate_history([], system="strip") == []
+
+
+def test_system_strip_still_refuses_a_non_leading_system_message() -> None:
+    raw = [
+        {"role": "system", "content": "a"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "b"},
+    ]
+    with pytest.raises(InvalidMessageError, match="message 2: a system message"):
+        validate_history(raw, system="strip")
+
+
+def test_system_policy_must_be_keep_or_strip() -> None:
+    from storage.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="system must be 'keep' or 'strip'"):
+        validate_history([], system="drop")  # type: ignore[arg-type]

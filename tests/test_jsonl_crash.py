@@ -53,7 +53,10 @@ async def test_lines_are_json_records_with_seq_and_batch_marks(tmp_path: Path) -
     store = await fill(tmp_path, [["one"], ["two", "three", "four"]])
     lines = data_file(tmp_path).read_bytes().split(b"\n")
     assert lines[-1] == b""
-    records = [json.loads(line) for line in lines[:-1]]
+    header = json.loads(lines[0])  # the first line: the key's epoch, never a message
+    assert header["hdr"] == 1
+    assert len(header["epoch"]) == 32
+    records = [json.loads(line) for line in lines[1:-1]]
     seqs = [r["seq"] for r in records]
     assert seqs == sorted(seqs)
     assert len(set(seqs)) == 4
@@ -185,7 +188,7 @@ async def test_batch_being_written_is_invisible(tmp_path: Path) -> None:
     await store.save_messages(KEY, [ChatMessage("user", f"b{i}") for i in range(3)])
     path = data_file(tmp_path)
     raw = path.read_bytes()
-    first_line_end = raw.index(b"\n") + 1
+    first_line_end = raw.index(b"\n", raw.index(b"\n") + 1) + 1  # the header, then "before"
     for cut in range(first_line_end, len(raw) - 1):
         path.write_bytes(raw[:cut])
         assert texts(await store.fetch(KEY)) == ["before"], cut
@@ -222,7 +225,7 @@ async def test_compact_drops_damage_atomically_and_keeps_lines_byte_exact(tmp_pa
     path = data_file(tmp_path)
     good = path.read_bytes()
     with path.open("ab") as f:
-        f.write(b"garbage\n" + good.splitlines(keepends=True)[1])  # an orphaned batch line
+        f.write(b"garbage\n" + good.splitlines(keepends=True)[2])  # an orphaned batch line
     await store.save(KEY, ChatMessage("user", "m3"))
     with path.open("ab") as f:
         f.write(b'{"seq":99,"v":1,"id":"torn')
@@ -237,7 +240,7 @@ async def test_compact_drops_damage_atomically_and_keeps_lines_byte_exact(tmp_pa
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     compacted = path.read_bytes()
     assert compacted.startswith(good)
-    assert compacted.count(b"\n") == 4
+    assert compacted.count(b"\n") == 5  # the header (epoch kept) and the four messages
     assert compacted.endswith(b"\n")
     assert sorted(p.name for p in path.parent.iterdir()) == [".lock", "a.jsonl"]
     assert await store.fetch(KEY) == before

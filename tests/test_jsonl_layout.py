@@ -70,8 +70,6 @@ HOSTILE = [
     "x" * 300,
     "X" * 300,
     "é" * 200,
-    "\ud800",
-    "\udfff",
     "*",
     "?",
     ":",
@@ -87,7 +85,8 @@ HOSTILE = [
 part_strategy = st.one_of(
     st.sampled_from(HOSTILE),
     st.text(
-        st.characters(blacklist_characters="\x00", blacklist_categories=()),
+        # Lone surrogates are refused by ChatKey itself (issue 11 item 2).
+        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
         min_size=1,
         max_size=40,
     ),

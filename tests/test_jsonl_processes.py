@@ -93,7 +93,9 @@ def raw_lines(root: Path) -> list[dict[str, Any]]:
         data = path.read_bytes()
         assert data.endswith(b"\n")
         assert b" torn" not in data
-        for line in data.split(b"\n")[:-1]:
+        header, *lines = data.split(b"\n")[:-1]
+        assert json.loads(header)["hdr"] == 1  # exactly one header, written by the creator
+        for line in lines:
             record = json.loads(line.decode("utf-8"))  # every line whole: no torn or merged line
             assert line.startswith(b'{"seq":')
             records.append(record)

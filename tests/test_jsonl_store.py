@@ -54,7 +54,7 @@ async def test_unicode_round_trips_byte_exact_and_raw_in_the_file(tmp_path: Path
             assert fetched[-1].metadata["ключ"] == "值 👍"
         assert texts(await store.fetch(KEY, limit=3))[0].encode() == UNICODE[-2].encode()
     raw = data_file(tmp_path).read_bytes()
-    assert raw.count(b"\n") == len(UNICODE) + 1  # none of the separators split a line
+    assert raw.count(b"\n") == 1 + len(UNICODE) + 1  # header; no separator split a line
     raw.decode("utf-8")  # strict: the file is UTF-8
     for text in UNICODE[:5]:
         assert text.encode("utf-8") in raw  # stored as UTF-8, not \u escapes: greppable
@@ -265,7 +265,7 @@ async def test_closed_store_refuses_calls(tmp_path: Path) -> None:
         await store.fetch(KEY)
     with pytest.raises(StorageUnavailableError, match="closed"):
         await store.save(KEY, ChatMessage("user", "y"))
-    assert json.loads(data_file(tmp_path).read_bytes())["m"]["content"] == "x"
+    assert json.loads(data_file(tmp_path).read_bytes().splitlines()[1])["m"]["content"] == "x"
 
 
 async def test_files_written_are_private_even_under_a_loose_umask(tmp_path: Path) -> None:

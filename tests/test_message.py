@@ -131,3 +131,30 @@ def test_created_at_kept() -> None:
         ChatMessage.from_openai({"role": "user", "content": "x"}, created_at=when).created_at
         == when
     )
+
+
+def test_developer_role_round_trips_exactly() -> None:
+    wire = {"role": "developer", "content": [{"type": "text", "text": "Answer in French."}]}
+    message = ChatMessage.from_openai(wire)
+    assert message.role == "developer"
+    assert message.to_openai() == wire
+    assert ChatMessage.from_openai({"role": "developer", "content": "x"}).to_openai() == {
+        "role": "developer",
+        "content": "x",
+    }
+
+
+@pytest.mark.anyio
+async def test_developer_message_round_trips_through_every_local_store(tmp_path: Path) -> None:
+    from storage.history import validate_message
+    from storage.stores.memory import InMemoryChatStorage
+    from storage.stores.sqlite import SQLiteChatStorage
+
+    wire = {"role": "developer", "content": "Use metric units.", "name": "ops"}
+    key = ChatKey("u", "s", "a")
+    for store in (InMemoryChatStorage(), SQLiteChatStorage(tmp_path / "d.db")):
+        async with store:
+            message = validate_message(ChatMessage.from_openai(wire))
+            await store.save(key, message)
+            (back,) = await store.fetch(key)
+            assert back.to_openai() == wire and back.role == "developer"

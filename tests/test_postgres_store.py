@@ -1,9 +1,10 @@
 """PostgresChatStorage on a real, throw-away PostgreSQL cluster (tests/servers.py).
 
 The protocol's semantics are checked by the conformance suite ("postgres" stack) and here
-against the in-memory store; this module checks the schema (version row, forward
-migrations, concurrent first use), NUL handling, ordering after rows move, faults and
-concurrent writers.
+against the in-memory store; this module checks NUL handling, ordering after rows move,
+faults, concurrent writers and configuration. The schema is in test_postgres_schema.py,
+batch ordering in test_postgres_ordering.py, erasure in test_postgres_erasure.py, the
+optional abilities in test_postgres_abilities.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 
 pytest.register_assert_rewrite("tests.server_scenarios", "tests.servers")
 
-import storage.stores.postgres as pg  # noqa: E402
 from storage.errors import (  # noqa: E402
     ConfigError,
     InvalidKeyError,
@@ -79,81 +79,7 @@ async def test_same_results_as_memory_store(
         await same_as_memory(s, ops, uuid.uuid4().hex[:8])
 
 
-# --------------------------------------------------------------------------- schema
-
-
-@pytest.mark.anyio
-async def test_schema_created_on_first_use_with_version_row(
-    postgres_dsn: str, conn: asyncpg.Connection
-) -> None:
-    schema = _schema()
-    s = PostgresChatStorage(postgres_dsn, schema=schema)
-    assert await conn.fetchval("SELECT to_regnamespace($1)", schema) is None  # lazy
-    await s.save(KEY, ChatMessage("user", "hi"))
-    rows = await conn.fetch(f'SELECT version FROM "{schema}".chatlayers_messages_version')
-    assert [r[0] for r in rows] == [pg.SCHEMA_VERSION]
-    indexes = {
-        r[0]: r[1]
-        for r in await conn.fetch(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1", schema
-        )
-    }
-    assert "(user_id, session_id, agent_id, seq)" in indexes["chatlayers_messages_by_key"]
-    assert "UNIQUE" in indexes["chatlayers_messages_by_id"]
-    column_types = {
-        r[0]: r[1]
-        for r in await conn.fetch(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = $1 AND table_name = 'chatlayers_messages'",
-            schema,
-        )
-    }
-    assert column_types["seq"] == "bigint"
-    assert column_types["record"] == "text"
-    await s.aclose()
-    # Reopening migrates nothing and keeps the data.
-    async with PostgresChatStorage(postgres_dsn, schema=schema) as again:
-        await again.open()
-        assert [m.text for m in await again.fetch(KEY)] == ["hi"]
-    assert await conn.fetchval(f'SELECT count(*) FROM "{schema}".chatlayers_messages_version') == 1
-
-
-@pytest.mark.anyio
-async def test_forward_migration_keeps_data(
-    postgres_dsn: str, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    schema = _schema()
-    async with PostgresChatStorage(postgres_dsn, schema=schema) as s:
-        await s.save(KEY, ChatMessage("user", "before"))
-    step = ("CREATE INDEX IF NOT EXISTS chatlayers_messages_by_time ON {t} (created_at)",)
-    monkeypatch.setattr(pg, "MIGRATIONS", (*pg.MIGRATIONS, step))
-    monkeypatch.setattr(pg, "SCHEMA_VERSION", len(pg.MIGRATIONS))
-    async with PostgresChatStorage(postgres_dsn, schema=schema) as s:
-        assert [m.text for m in await s.fetch(KEY)] == ["before"]
-    version = await conn.fetchval(f'SELECT version FROM "{schema}".chatlayers_messages_version')
-    assert version == pg.SCHEMA_VERSION == 2
-    assert (
-        await conn.fetchval(
-            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
-            schema,
-            "chatlayers_messages_by_time",
-        )
-        == 1
-    )
-
-
-@pytest.mark.anyio
-async def test_concurrent_first_use_migrates_once(postgres_dsn: str) -> None:
-    schema = _schema()
-    stores = [PostgresChatStorage(postgres_dsn, schema=schema) for _ in range(6)]
-    try:
-        async with anyio.create_task_group() as tg:
-            for n, s in enumerate(stores):
-                tg.start_soon(s.save, ChatKey("u", "s", f"a{n}"), ChatMessage("user", str(n)))
-        assert len(await stores[0].fetch_all_chats("u", "s")) == 6
-    finally:
-        for s in stores:
-            await s.aclose()
+# --------------------------------------------------------------------------- tables
 
 
 @pytest.mark.anyio
@@ -334,6 +260,29 @@ def test_config_and_redaction() -> None:
     assert "sslmode=disable" in s._dsn
 
 
+def test_from_url_keeps_driver_query_and_redacts() -> None:
+    url = "postgresql://me:pw-secret@h:5433/db?sslmode=require&schema=chat&table=t1"
+    s = PostgresChatStorage.from_url(url, schema="chat", table="t1", retention="30d")
+    assert (s.schema, s.table, s.retention) == ("chat", "t1", 30 * 86400.0)
+    # The driver gets its own parameters, never chatlayers' options.
+    assert s._dsn == "postgresql://me:pw-secret@h:5433/db?sslmode=require"
+    described = s.describe()
+    assert described == (
+        "postgresql://me:***@h:5433/db?sslmode=require&schema=chat&table=t1 "
+        "(table=chat.t1, retention=2.592e+06s)"
+    )
+    assert "pw-secret" not in repr(s)
+    # A driver parameter handed over as an option (a generic converter) stays in the DSN.
+    s2 = PostgresChatStorage.from_url("postgres://h/db?sslmode=disable", sslmode="disable")
+    assert s2._dsn == "postgres://h/db?sslmode=disable"
+
+
+@pytest.mark.parametrize("url", ["mysql://h/db", "sqlite:///x.db"])
+def test_from_url_refuses_other_schemes(url: str) -> None:
+    with pytest.raises(ConfigError, match="postgresql://"):
+        PostgresChatStorage.from_url(url)
+
+
 @pytest.mark.parametrize(
     ("dsn", "options"),
     [
@@ -341,6 +290,9 @@ def test_config_and_redaction() -> None:
         ("postgresql://h/db", {"table": "x" * 49}),
         ("postgresql://h/db", {"schema": "a\x00b"}),
         ("postgresql://h/db", {"min_size": 5, "max_size": 2}),
+        ("postgresql://h/db", {"retention": "soon"}),
+        ("postgresql://h/db", {"retention": 0}),
+        ("postgresql://h/db?retention=-1d", {}),
     ],
 )
 def test_bad_config_raises_config_error(dsn: str, options: dict[str, object]) -> None:

@@ -73,8 +73,9 @@ def _keys(client: redis.Redis, prefix: str) -> list[str]:
     return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
 
 
-def _members(client: redis.Redis, key: str) -> set[str]:
-    return {m.decode() if isinstance(m, bytes) else m for m in client.smembers(key)}
+def _index(client: redis.Redis, key: str) -> set[str]:
+    """The sessions of a user's index (a sorted set)."""
+    return {m.decode() if isinstance(m, bytes) else m for m in client.zrange(key, 0, -1)}
 
 
 def _cluster_keys(cluster: RedisCluster, prefix: str) -> dict[int, list[str]]:
@@ -116,17 +117,17 @@ async def test_layout_escapes_parts_and_shares_one_hash_tag(
 ) -> None:
     await store.save(WEIRD, ChatMessage("user", "hi"))
     keys = _keys(raw, store.prefix)
-    session_keys = [k for k in keys if not k.endswith("}:s")]
-    assert len(session_keys) == 4  # list, ids, agents, counter
+    session_keys = [k for k in keys if not k.endswith(("}:x", "}:y"))]
+    assert len(session_keys) == 5  # list, ids, head, agents, session
     assert len({key_slot(k.encode()) for k in session_keys}) == 1
     for k in keys:
         rest = k[len(store.prefix) + 1 :]
         assert not set("*?[]") & set(rest), k
         assert rest.count("{") == 1, k
         assert rest.count("}") == 1, k
-    registry = [k for k in keys if k.endswith("}:s")]
+    registry = [k for k in keys if k.endswith("}:x")]
     assert len(registry) == 1
-    assert _members(raw, registry[0]) == {"sess%7D%7B%3A%2A"}
+    assert _index(raw, registry[0]) == {"sess%7D%7B%3A%2A"}
 
 
 @pytest.mark.anyio
@@ -187,11 +188,11 @@ async def test_delete_user_removes_every_key(store: RedisChatStorage, raw: redis
     await store.save(ChatKey("kept", "s1", "a"), ChatMessage("user", "y"))
     await store.delete(ChatKey("gone", "s1", "a"))
     await store.delete(ChatKey("gone", "s1", "b"))  # session s1 now empty: unregistered
-    registry = f"{store.prefix}:{{gone}}:s"
-    assert sorted(raw.smembers(registry)) == [b"s%3A3", b"s%7B2%7D"]
+    registry = f"{store.prefix}:{{gone}}:x"
+    assert _index(raw, registry) == {"s%3A3", "s%7B2%7D"}
     await store.delete_user("gone")
     assert all("{kept" in k for k in _keys(raw, store.prefix))
-    assert len(_keys(raw, store.prefix)) == 5
+    assert len(_keys(raw, store.prefix)) == 7  # 5 of the session, the user's index (2)
     assert [m.text for m in await store.fetch(ChatKey("kept", "s1", "a"))] == ["y"]
 
 
@@ -217,7 +218,7 @@ async def test_registry_lists_every_session_despite_concurrent_deletes(
         for n in range(6):
             tg.start_soon(saver, n)
         tg.start_soon(deleter)
-    registered = _members(raw, f"{store.prefix}:{{racer}}:s")
+    registered = _index(raw, f"{store.prefix}:{{racer}}:x")
     with_data = {
         k.split("{racer:")[1].split("}")[0] for k in _keys(raw, store.prefix) if "{racer:" in k
     }
@@ -254,7 +255,7 @@ async def test_ttl_is_set_and_refreshed_on_write(redis_url: str, raw: redis.Redi
         key = ChatKey("u", "s", "a")
         await s.save(key, ChatMessage("user", "1"))
         keys = _keys(raw, s.prefix)
-        assert len(keys) == 5
+        assert len(keys) == 7  # 5 of the session, the user's index (2)
         assert all(0 < raw.pttl(k) <= 100_000 for k in keys)
         for k in keys:
             raw.pexpire(k, 5_000)
@@ -349,10 +350,10 @@ async def test_save_racing_delete_user_leaves_nothing_unlisted(redis_cluster_url
         register = s._register
         calls = 0
 
-        async def register_then_race(registry: str, session: str) -> None:
+        async def register_then_race(user_id: str, member: str, score: int) -> None:
             nonlocal calls
             calls += 1
-            await register(registry, session)
+            await register(user_id, member, score)
             if calls == 1:
                 await s.delete_user("u")  # between the registration and the write
 
@@ -360,6 +361,7 @@ async def test_save_racing_delete_user_leaves_nothing_unlisted(redis_cluster_url
         key = ChatKey("u", "s", "a")
         assert len(await s.save(key, ChatMessage("user", "x"))) == 1
         del s._register
+        assert calls == 1
         await s.delete_user("u")
         assert await s.fetch(key) == []
         assert await s.fetch_all_chats("u", "s") == []
@@ -372,26 +374,26 @@ async def test_save_racing_session_erase_leaves_nothing_unlisted(
 ) -> None:
     """A save that recreates a session right after delete_user erased it (before it updates
     the user's session set) stays listed, so the next delete_user erases it."""
-    from storage.stores import redis as module
+    from storage.stores.redis import scripts
 
     url = redis_cluster_url if cluster else redis_url
     async with RedisChatStorage(url, prefix=_prefix(), cluster=cluster) as s:
         key = ChatKey("u", "s", "a")
         await s.save(key, ChatMessage("user", "old"))
-        run_script = s._eval
+        run_script = s._redis.eval
         raced = False
 
         async def erase_then_race(script: object, keys: list[str], args: list[object]) -> object:
             nonlocal raced
             result = await run_script(script, keys, args)  # type: ignore[arg-type]
-            if script is module._DELETE_SESSION and not raced:
+            if script is scripts.DELETE_SESSION and not raced:
                 raced = True
                 await s.save(key, ChatMessage("user", "new"))
             return result
 
-        s._eval = erase_then_race  # type: ignore[method-assign]
+        s._redis.eval = erase_then_race  # type: ignore[method-assign]
         await s.delete_user("u")
-        del s._eval
+        del s._redis.eval
         assert raced
         assert [m.text for m in await s.fetch(key)] == ["new"]
         await s.delete_user("u")

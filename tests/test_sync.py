@@ -157,3 +157,30 @@ def test_close_called_on_the_portal_thread_is_handed_off() -> None:
     assert chats.closed
     assert probe.closed
     assert portal_threads() == before
+
+
+def test_a_script_that_never_closes_the_facade_still_exits(tmp_path: Path) -> None:
+    """The portal is a non-daemon thread: without the exit hook the interpreter waits forever."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "chats.db"
+    script = (
+        "from storage.message import ChatKey, ChatMessage\n"
+        "from storage.stores.sqlite import SQLiteChatStorage\n"
+        "from storage.sync import SyncChatStorage\n"
+        f"chats = SyncChatStorage(SQLiteChatStorage({str(db)!r}))\n"
+        "key = ChatKey('u', 's', 'a')\n"
+        "chats.save(key, ChatMessage('user', 'hello'))\n"
+        "print(len(chats.fetch(key)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    # The exit hook closed the stack too: the row is durable and readable by a new process.
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone() == (1,)

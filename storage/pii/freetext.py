@@ -57,11 +57,16 @@ _BIRTH_AFTER: Final = re.compile(r"\s{0,2}\(?(?i:dob|d\.o\.b\.?|date of birth|bo
 _WINDOW: Final = 56
 
 
+_BIRTH_WORDS: Final = ("irth", "IRTH", "born", "Born", "BORN", "dob", "DOB", "Dob", "o.b")
+
+
 def find_dates_of_birth(view: TextView) -> Iterator[tuple[int, int]]:
     """Dates written near a birth word (see the module docstring)."""
     if not view.has_digit:
         return
     text = view.text
+    if not any(word in text for word in _BIRTH_WORDS):
+        return  # substring scans in C: most text has no birth word, so no date is looked for
     for m in _DATE_RE.finditer(text):
         start, end = m.span()
         if _BIRTH_BEFORE.search(text, max(0, start - _WINDOW), start) or _BIRTH_AFTER.match(
@@ -78,32 +83,55 @@ _SUFFIX: Final = (
     r"|hollow|heights|hts|mews|close|grove|gardens|green|hill|park|view|cove|crossing|xing"
     r"|landing|glen|meadows?|estates?|junction|jct|str)"
 )
-_UNIT: Final = (
-    r"(?:apt|apartment|suite|ste|unit|flat|floor|bldg|building)\.?\ {0,2}\#?\ {0,2}"
-    r"[A-Za-z]?\d{1,6}[A-Za-z]?(?!\w)"
-)
 _NAME_WORD: Final = r"(?:[A-Z][\w'\-]{0,24}+\.?|\d{1,3}(?:st|nd|rd|th))"
 _DIRECTION: Final = r"(?:[NSEW]\.?|North|South|East|West|NE|NW|SE|SW)\ {1,2}"
-_CONTINENTAL: Final = (
-    r"(?:via|viale|rua|rue|calle|avenida|avenue|av\.|strada|piazza|plaza|plac|ulica|ul\.)"
+# Found from each house number, so the engine only stops at digits: a number-first street
+# after it (975 Sunset Drive), or the word before it: a unit (Suite 501), a compound street
+# name (Koskikatu 25) or a street-type word up to four words back (Via Franscini 71).
+_NUMBER_RE: Final = re.compile(r"(?=\d)(?<![\w\-/.#,])\d{1,6}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,]\d)")
+_STREET_AFTER_RE: Final = re.compile(
+    rf"\ {{1,2}}(?:{_DIRECTION})?(?:{_NAME_WORD}\ {{1,2}}){{1,4}}?(?i:{_SUFFIX})\b\.?"
 )
-_COMPOUND: Final = (
-    r"[A-ZÀ-Þ][\w'\-]{1,24}?(?:katu|tie|kuja|polku|gata|gatan|vej|veien|vegen|stien|gasse"
+_UNIT_WORDS: Final = frozenset(
+    {"apt", "apartment", "suite", "ste", "unit", "flat", "floor", "bldg", "building"}
+)
+_STREET_WORDS: Final = frozenset(
+    {"via", "viale", "rua", "rue", "calle", "avenida", "strada", "piazza", "plac", "ulica", "ul"}
+)
+_COMPOUND_RE: Final = re.compile(
+    r"[A-ZÀ-Þ][\w'\-]*(?:katu|tie|kuja|polku|gata|gatan|vej|veien|vegen|stien|gasse"
     r"|stra(?:ss|ß)e|weg|laan|straat|plein|utca|tér|tee|ulice)"
 )
-_ADDRESS_RE: Final = re.compile(
-    rf"""
-    (?<![\w\-/.#])
-    (?:\d{{1,6}}[A-Za-z]?(?:-\d{{1,4}})?\ {{1,2}}(?:{_DIRECTION})?(?:{_NAME_WORD}\ {{1,2}}){{1,4}}?
-          (?i:{_SUFFIX})\b\.?                                    # 975 Sunset Drive
-      |(?i:{_CONTINENTAL})\ {{1,2}}(?:[\w'\-.]{{1,24}}\ {{1,2}}){{1,4}}?\d{{1,5}}[A-Za-z]?\b  # Via X 71
-      |{_COMPOUND}\ {{1,2}}\d{{1,5}}[A-Za-z]?\b                  # Koskikatu 25
-      |(?i:{_UNIT})                                              # Suite 501 alone
-    )
-    (?:,?\ {{1,2}}(?:(?i:{_UNIT})|\#\ ?\d{{1,6}}[A-Za-z]?\b))?      # , Apt 4B or # 12
-    """,
-    re.VERBOSE,
+_UNIT_AFTER_RE: Final = re.compile(
+    r",?\ {1,2}(?:(?i:apt|apartment|suite|ste|unit|flat|floor|bldg|building)\.?\ {0,2}\#?"
+    r"|\#)\ {0,2}[A-Za-z]?\d{1,6}[A-Za-z]?(?!\w)"
 )
+
+
+def _words_before(text: str, start: int, count: int) -> list[tuple[int, str]]:
+    """Up to ``count`` words before ``start`` on its line, nearest first, as (start, word);
+    stops at a word without a letter. Constant work per call (each word is 24 chars at most).
+    """
+    out: list[tuple[int, str]] = []
+    pos = start
+    for _ in range(count):
+        end = pos
+        while end > 0 and end > pos - 3 and text[end - 1] in " #":
+            end -= 1
+        if end == pos or end == 0:
+            break
+        begin = end - 1
+        floor = max(0, end - 25)
+        while begin > floor and not text[begin - 1].isspace():
+            begin -= 1
+        if begin > 0 and not text[begin - 1].isspace():
+            break  # a longer run than any street word
+        word = text[begin:end]
+        if not any(ch.isalpha() for ch in word):
+            break
+        out.append((begin, word))
+        pos = begin
+    return out
 
 
 def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
@@ -111,8 +139,35 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    for m in _ADDRESS_RE.finditer(text):
-        yield m.span()
+    pos = 0
+    while (m := _NUMBER_RE.search(text, pos)) is not None:
+        start, end = m.span()
+        pos = end
+        street = _STREET_AFTER_RE.match(text, end)
+        if street is not None:
+            end = street.end()
+        else:
+            before = _words_before(text, start, 4)
+            if not before:
+                continue
+            first, word = before[0]
+            bare = word.rstrip(".").lower()
+            if bare in _UNIT_WORDS or (word == "#" and len(before) > 1):
+                start = first
+            elif _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
+                start = first
+            else:
+                for at, candidate in before:
+                    if candidate.rstrip(".").lower() in _STREET_WORDS:
+                        start = at
+                        break
+                else:
+                    continue
+        unit = _UNIT_AFTER_RE.match(text, end)
+        if unit is not None:
+            end = unit.end()
+        pos = end
+        yield start, end
 
 
 # --- ZIP and postal codes -----------------------------------------------------------------------
@@ -120,15 +175,17 @@ _STATES: Final = (
     "AL|AK|AZ|AR|CA|CO|CT|DE|DC|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH"
     "|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|PR"
 )
-_STATE_ZIP_RE: Final = re.compile(rf"(?<=[\s,])(?:{_STATES}),?\ {{1,2}}(\d{{5}}(?:-\d{{4}})?)(?![\w\-])")
+_ZIP_RE: Final = re.compile(r"(?=\d)(?<![\w\-.])\d{5}(?:-\d{4})?(?![\w\-]|[.,]\d)")
+_STATE_BEFORE_RE: Final = re.compile(rf"(?<![A-Za-z])(?:{_STATES}),?\ {{1,2}}\Z")
 _POSTAL: Final = (
-    r"(?:\d{5}(?:-\d{4})?|\d{3}\ \d{2}|\d{4,6}(?:-\d{3})?|[A-Z]{1,2}\d[A-Z\d]?\ ?\d[A-Z]{2}"
-    r"|[A-Z]\d[A-Z]\ ?\d[A-Z]\d|\d{4}\ ?[A-Z]{2})"
+    r"(?:\d{4}\ ?[A-Z]{2}(?![\w\-])|\d{5}(?:-\d{4})?|\d{3}\ \d{2}|\d{4,6}(?:-\d{3})?"
+    r"|[A-Z]{1,2}\d[A-Z\d]?\ ?\d[A-Z]{2}|[A-Z]\d[A-Z]\ ?\d[A-Z]\d)"
 )
 _KEYWORD_ZIP_RE: Final = re.compile(
     rf"(?i:\b(?:zip|zip\ ?code|postal\ code|post\ ?code|postcode)\b)(?:\ {{0,2}}(?:is|:|=|-|\#))?"
     rf"\ {{0,2}}({_POSTAL})(?![\w\-])"
 )
+_ZIP_WORDS: Final = ("zip", "Zip", "ZIP", "ostal", "OSTAL", "ostcode", "OSTCODE", "ost code")
 
 
 def find_zip_codes(view: TextView) -> Iterator[tuple[int, int]]:
@@ -136,6 +193,10 @@ def find_zip_codes(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    for pattern in (_STATE_ZIP_RE, _KEYWORD_ZIP_RE):
-        for m in pattern.finditer(text):
+    for m in _ZIP_RE.finditer(text):
+        start = m.start()
+        if _STATE_BEFORE_RE.search(text, max(0, start - 5), start):
+            yield m.span()
+    if any(word in text for word in _ZIP_WORDS):
+        for m in _KEYWORD_ZIP_RE.finditer(text):
             yield m.span(1)

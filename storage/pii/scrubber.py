@@ -250,6 +250,8 @@ class PIIScrubber:
         self._recognizer = recognizer
         self._json_keys = compile_json_keys(json_keys)
         self.counts: Counter[str] = Counter()
+        # Called with (entity, original value) for every replacement: benchmarks score with it.
+        self._observer: Callable[[str, str], None] | None = None
         self._hashers: dict[ChatKey, KeyedHasher] = {}
 
     # --- public API -------------------------------------------------------------------------
@@ -372,6 +374,8 @@ class PIIScrubber:
         for start, end, entity in found:
             pieces.append(text[last:start])
             value = text[start:end]
+            if self._observer is not None:
+                self._observer(entity, value)
             if masking and entity in MASKED_ENTITIES:
                 pieces.append(mask(value))
             else:
@@ -530,6 +534,23 @@ def _outside_placeholders(
     return kept
 
 
+# Characters next to a replaced span that cannot join it to a neighbour: no detector starts
+# a match at one of these (so none looks behind it into the span) or ends one there (so none
+# looks ahead into the span). With both sides loose, the next pass would find nothing new.
+_LOOSE_BEFORE: Final = frozenset(" \t\n\r\f\v([{\"',;")
+_LOOSE_AFTER: Final = frozenset(" \t\n\r\f\v,;:!?)]}\"'")
+
+
+def _glued(text: str, found: list[Detection]) -> bool:
+    """Whether some detection touches a character that could make it part of a neighbour."""
+    size = len(text)
+    before, after = _LOOSE_BEFORE, _LOOSE_AFTER
+    for start, end, _ in found:
+        if (start > 0 and text[start - 1] not in before) or (end < size and text[end] not in after):
+            return True
+    return False
+
+
 class _Run:
     """One message's worth of scrubbing: the conversation's hasher and known values."""
 
@@ -548,7 +569,11 @@ class _Run:
             found = owner._find(text, known)
             if not found:
                 break
+            # Masks keep digits ("***-****4111"), which can join what follows: always rescan.
+            again = owner.mode == "mask" or _glued(text, found)
             text = owner._replace(text, found, self._hasher)
+            if not again:
+                break  # nothing touched a replaced span: another pass would find nothing new
         return text
 
     def payload(self, text: str) -> str:
@@ -570,6 +595,8 @@ class _Run:
         if entity is None or PLACEHOLDER_RE.fullmatch(value) is not None:
             return None
         owner.counts[entity] += 1
+        if owner._observer is not None:
+            owner._observer(entity, value)
         return self._hasher.placeholder(entity, value)
 
 

@@ -1,4 +1,4 @@
-"""The ``ChatStorage`` protocol tests of the conformance kit (DESIGN §3): every stack passes them."""
+"""The ``ChatStorage`` protocol tests of the conformance kit (DESIGN §3), for every stack."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ class ProtocolTests:
         "bad",
         [
             ChatMessage("robot", "who am I"),
-            ChatMessage("user", 42),
+            ChatMessage("user", 42),  # type: ignore[arg-type]
             ChatMessage("tool", "no call id"),
             ChatMessage("user", "calls", (ToolCall("c1", "f", "{}"),)),
             ChatMessage("user", "surrogate \ud800 inside"),
@@ -164,7 +164,7 @@ class ProtocolTests:
         with pytest.raises(InvalidMessageError, match="unknown role 'robot'"):
             await store.save(KEY, ChatMessage("robot", "x"))
         with pytest.raises(InvalidMessageError, match="content must be"):
-            await store.save(KEY, ChatMessage("user", 3.5))
+            await store.save(KEY, ChatMessage("user", 3.5))  # type: ignore[arg-type]
         assert await store.fetch(KEY) == []
 
     def test_nul_in_key_refused(self) -> None:
@@ -247,17 +247,19 @@ class ProtocolTests:
         fetched.append(msg("extra"))
         fetched.clear()
         (again,) = await store.fetch(KEY)
-        assert again.content[0]["text"] == "part"
+        content: Any = again.content
+        assert content[0]["text"] == "part"
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             again.content = "x"  # type: ignore[misc]
         with pytest.raises(TypeError):
             again.metadata["tags"] = []  # type: ignore[index]
         with pytest.raises(TypeError):
-            again.content[0]["text"] = "x"
+            content[0]["text"] = "x"
         wire = again.to_openai()
         wire["content"][0]["text"] = "changed wire copy"
         (third,) = await store.fetch(KEY)
-        assert third.content[0]["text"] == "part"
+        third_content: Any = third.content
+        assert third_content[0]["text"] == "part"
         assert third.metadata["tags"] == ("a",)
 
     # --- keys -----------------------------------------------------------------------------------
@@ -342,7 +344,7 @@ class ProtocolTests:
     async def test_unicode_and_parts_and_extra_fields_round_trip(
         self, store: ChatStorage, layering: str
     ) -> None:
-        wire = [
+        wire: list[dict[str, Any]] = [
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": "emoji 😀 zwj 👩‍👩‍👧 rtl שלום combining e\u0301 cjk 漢字"},
             {
@@ -414,6 +416,13 @@ class ProtocolTests:
         async with store as entered:
             assert entered is store
             await entered.save(KEY, msg("inside"))
+        # Closed means closed: every later call fails with the library's error, also
+        # through the layers (nothing is served from a stale connection or a cache).
+        with pytest.raises(StorageUnavailableError):
+            await store.fetch(KEY)
+        with pytest.raises(StorageUnavailableError):
+            await store.save(KEY, msg("after close"))
+        await store.aclose()  # closing twice is harmless
 
     async def test_list_keys_when_listable(self, store: ChatStorage) -> None:
         from storage.abilities import ListableStorage, find_ability

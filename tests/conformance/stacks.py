@@ -1,9 +1,14 @@
-"""Every store and stack the conformance suite runs against: a new backend is one entry here.
+"""Every built-in store the conformance kit (``storage.testing``) runs on: a new backend is one
+entry in :data:`HARNESSES` and one ``ConformanceSuite`` subclass in test_conformance.py.
 
-An entry maps a stack name to ``(factory, backends)``. ``factory(tmp_path, request)`` returns a
-fresh, empty ``ChatStorage`` (or an awaitable of one); it may use ``request.getfixturevalue`` to
-reach a server fixture. ``backends`` lists the anyio backends the stack supports (drivers such
-as redis-py and asyncpg are asyncio-only).
+An entry maps a store name to ``(harness_factory, backends)``. ``harness_factory(tmp_path,
+request)`` returns a :class:`storage.testing.StoreHarness` over a fresh, empty database of its
+own (server stores share one server, isolated by a unique prefix or schema); it may use
+``request.getfixturevalue`` to reach a server fixture. ``backends`` lists the anyio backends the
+store supports (redis-py and asyncpg are asyncio-only).
+
+:data:`BASES` (``name -> (factory(tmp_path, request) -> store, backends)``) and ``_make`` /
+``_scrubbed`` serve test modules that build stores without the kit.
 """
 
 from __future__ import annotations
@@ -13,29 +18,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from storage.protocol import ChatStorage
-from storage.stores.jsonl import JsonlChatStorage
-from storage.stores.memory import InMemoryChatStorage
-from storage.stores.sqlite import SQLiteChatStorage
+from storage.testing import StoreHarness
 
+HarnessFactory = Callable[[Path, pytest.FixtureRequest], StoreHarness]
 Factory = Callable[[Path, pytest.FixtureRequest], "ChatStorage | Awaitable[ChatStorage]"]
 BOTH = ("asyncio", "trio")
 ASYNCIO = ("asyncio",)
-
-
-def _memory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
-    return InMemoryChatStorage()
-
-
-def _sqlite(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
-    return SQLiteChatStorage(tmp / "chats.db")
-
-
-def _jsonl(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
-    return JsonlChatStorage(tmp / "jsonl")
 
 
 def _unique(prefix: str) -> str:
@@ -43,26 +36,64 @@ def _unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:16]}"
 
 
-def _redis(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+def _with_query(url: str, **options: str) -> str:
+    return url + ("&" if "?" in url else "?") + urlencode(options)
+
+
+def _memory(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
+    from storage.stores.memory import InMemoryChatStorage
+
+    return StoreHarness(open=lambda **o: InMemoryChatStorage(**o), url=None, persistent=False)
+
+
+def _sqlite(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
+    from storage.stores.sqlite import SQLiteChatStorage
+
+    path = tmp / "chats.db"
+    return StoreHarness(open=lambda **o: SQLiteChatStorage(path, **o), url=f"sqlite:///{path}")
+
+
+def _jsonl(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
+    from storage.stores.jsonl import JsonlChatStorage
+
+    path = tmp / "jsonl"
+    return StoreHarness(open=lambda **o: JsonlChatStorage(path, **o), url=f"jsonl://{path}")
+
+
+def _redis(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     from storage.stores.redis import RedisChatStorage
 
-    return RedisChatStorage(request.getfixturevalue("redis_url"), prefix=_unique("conf-"))
+    url = request.getfixturevalue("redis_url")
+    prefix = _unique("conf-")
+    return StoreHarness(
+        open=lambda **o: RedisChatStorage(url, prefix=prefix, **o),
+        url=_with_query(url, prefix=prefix),
+    )
 
 
-def _redis_cluster(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+def _redis_cluster(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     from storage.stores.redis import RedisChatStorage
 
     url = request.getfixturevalue("redis_cluster_url")
-    return RedisChatStorage(url, prefix=_unique("conf-"), cluster=True)
+    prefix = _unique("conf-")
+    return StoreHarness(
+        open=lambda **o: RedisChatStorage(url, prefix=prefix, cluster=True, **o),
+        url=_with_query(url, prefix=prefix, cluster="true"),
+    )
 
 
-def _postgres(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
+def _postgres(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     from storage.stores.postgres import PostgresChatStorage
 
-    return PostgresChatStorage(request.getfixturevalue("postgres_dsn"), schema=_unique("conf_"))
+    dsn = request.getfixturevalue("postgres_dsn")
+    schema = _unique("conf_")
+    return StoreHarness(
+        open=lambda **o: PostgresChatStorage(dsn, schema=schema, **o),
+        url=_with_query(dsn, schema=schema),
+    )
 
 
-STACKS: dict[str, tuple[Factory, tuple[str, ...]]] = {
+HARNESSES: dict[str, tuple[HarnessFactory, tuple[str, ...]]] = {
     "memory": (_memory, BOTH),
     "sqlite": (_sqlite, BOTH),
     "jsonl": (_jsonl, BOTH),
@@ -73,7 +104,17 @@ STACKS: dict[str, tuple[Factory, tuple[str, ...]]] = {
 }
 
 
-BASES = dict(STACKS)
+def _opener(harness_factory: HarnessFactory) -> Factory:
+    def factory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage | Awaitable[ChatStorage]:
+        made: Any = harness_factory(tmp, request).open()
+        return made  # type: ignore[no-any-return]
+
+    return factory
+
+
+BASES: dict[str, tuple[Factory, tuple[str, ...]]] = {
+    name: (_opener(harness), backends) for name, (harness, backends) in HARNESSES.items()
+}
 
 
 async def _make(factory: Factory, tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
@@ -83,41 +124,8 @@ async def _make(factory: Factory, tmp: Path, request: pytest.FixtureRequest) -> 
 
 def _scrubbed(base: Factory) -> Factory:
     async def factory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
-        from storage.layers.transforming import TransformingChatStorage
-        from storage.pii import PIIScrubber
+        from storage.testing.harness import scrubbed
 
-        return TransformingChatStorage(await _make(base, tmp, request), PIIScrubber(secret="t"))
-
-    return factory
-
-
-def _summarized(base: Factory) -> Factory:
-    # A threshold above every history of the suite: the conformance rules hold for the
-    # delegating path; the active buffer has its own rule tests and reference-model property.
-    async def factory(tmp: Path, request: pytest.FixtureRequest) -> ChatStorage:
-        from storage.layers.summarizing import SummarizingChatStorage
-
-        return SummarizingChatStorage(await _make(base, tmp, request), trigger_at=500)
+        return scrubbed(await _make(base, tmp, request))
 
     return factory
-
-
-for _name, (_factory, _backends) in BASES.items():
-    STACKS[f"scrub::{_name}"] = (_scrubbed(_factory), _backends)
-    STACKS[f"summarize::scrub::{_name}"] = (_summarized(_scrubbed(_factory)), _backends)
-
-
-def register(name: str, factory: Factory, backends: tuple[str, ...] = BOTH) -> None:
-    """Add a stack to the suite (used by store modules' test files and by the layer stacks)."""
-    if name in STACKS:
-        raise ValueError(f"stack {name!r} registered twice")
-    STACKS[name] = (factory, backends)
-
-
-def params() -> list[Any]:
-    """``pytest.param`` entries over (stack, backend)."""
-    return [
-        pytest.param((name, backend), id=f"{name}-{backend}")
-        for name, (_, backends) in STACKS.items()
-        for backend in backends
-    ]

@@ -42,12 +42,17 @@ from storage.abilities import (
     ForwardRecords,
     ForwardRetention,
     ForwardSearch,
-    ForwardSequenced,
     ForwardSessions,
     SummaryCheckpoint,
     find_ability,
 )
-from storage.errors import ConfigError, ConflictError, InvalidArgumentError, SummarizerError
+from storage.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    SummarizerError,
+)
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
 from storage.layers.summarizing.policy import OnError, Policy
@@ -81,7 +86,6 @@ def _check_limit(limit: object) -> int | None:
 
 
 class SummarizingChatStorage(
-    ForwardSequenced,
     ForwardSessions,
     ForwardSearch,
     ForwardRecords,
@@ -386,6 +390,11 @@ class SummarizingChatStorage(
             summary, covered = split_result(result, source[n_summary:])
             if covered == 0:
                 return False  # nothing could be summarized (at most keep_last turns)
+            if not summary:
+                raise SummarizerError(
+                    "summarizer result has no summary message before the kept turns; "
+                    "a checkpoint needs one (DESIGN.md §6)"
+                )
             now = datetime.now(UTC)
             checkpoint = fleet.new_checkpoint(
                 [mark_summary(m, now) for m in summary],
@@ -402,7 +411,10 @@ class SummarizingChatStorage(
         store = self._store
         assert store is not None
         async with state.sync_lock:
-            stored = await store.save_checkpoint(key, checkpoint, expected_version=base_version)
+            try:
+                stored = await store.save_checkpoint(key, checkpoint, expected_version=base_version)
+            except InvalidMessageError as exc:  # a layer below refused or dropped the summary
+                raise SummarizerError(f"the stack refused the summary: {exc}") from exc
             if stored is None:
                 self.checkpoint_conflicts += 1
                 await fleet.load(store, key, state)

@@ -27,6 +27,7 @@ from typing import Final
 from storage.abilities import SummaryCheckpoint
 from storage.codec import decode, encode
 from storage.errors import CorruptRecordError
+from storage.message import ChatMessage
 from storage.stores.jsonl.fsutil import O_READ, write_atomic
 
 log = logging.getLogger(__package__)  # one logger for the whole store
@@ -63,8 +64,9 @@ def decode_checkpoint(data: bytes) -> SummaryCheckpoint:
         epoch, summarizer = raw["epoch"], raw["summarizer"]
         if not (type(version) is int and type(covers_to) is int and isinstance(epoch, str)):
             raise TypeError("bad field types")
+        messages: list[ChatMessage] = [decode(m) for m in raw["messages"]]
         return SummaryCheckpoint(
-            messages=tuple(decode(m) for m in raw["messages"]),
+            messages=tuple(messages),  # type: ignore[arg-type]
             covers_to=covers_to,
             epoch=epoch,
             summarizer=str(summarizer),

@@ -164,3 +164,18 @@ def read_sidecar(path: str) -> list[str] | None:
     if isinstance(parts, list) and len(parts) == 3 and all(isinstance(p, str) and p for p in parts):
         return parts
     return None
+
+
+def file_paths(user_dir: str, session_dir: str, name: str) -> Paths:
+    """The paths of the key whose data file ``name`` was found in ``session_dir``."""
+    stem = name[: -len(DATA_SUFFIX)]
+    sidecar = os.path.join(session_dir, stem + KEY_SUFFIX)
+    return Paths(
+        user_dir,
+        session_dir,
+        os.path.join(session_dir, LOCK_NAME),
+        os.path.join(session_dir, name),
+        sidecar if "~" in stem or "~" in session_dir else None,
+        os.path.join(session_dir, stem + CKPT_SUFFIX),
+        os.path.join(session_dir, stem + LEASE_SUFFIX),
+    )

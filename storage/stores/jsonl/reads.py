@@ -152,7 +152,7 @@ def epoch_of(fd: int) -> str:
     Raises:
         OSError: the file cannot be read.
     """
-    first = os.pread(fd, 4096, 0)
+    first = os.pread(fd, 128, 0)  # a header is 53 bytes
     end = first.find(b"\n")
     if end >= 0:
         epoch = parse_header(first[:end])

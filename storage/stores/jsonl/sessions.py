@@ -65,13 +65,16 @@ class FileSummary:
 
     @classmethod
     def from_row(cls, row: object) -> FileSummary | None:
+        if not isinstance(row, list) or len(row) != 7:
+            return None
+        dev, ino, end, check, count, lo, hi = row
+        if not all(type(v) is int for v in (dev, ino, end, count, lo, hi)):
+            return None
+        if not isinstance(check, str):
+            return None
         try:
-            dev, ino, end, check, count, lo, hi = row  # type: ignore[misc]
-            fields = (dev, ino, end, count, lo, hi)
-            if not all(type(v) is int for v in fields) or not isinstance(check, str):
-                return None
             return cls(dev, ino, end, bytes.fromhex(check), count, lo, hi)
-        except (TypeError, ValueError):
+        except ValueError:
             return None
 
 

@@ -106,3 +106,16 @@ def remove_session(session_dir: str, *, held_lock: bool) -> None:
     if held_lock:
         unlink(os.path.join(session_dir, LOCK_NAME))
     rmdir_if_empty(session_dir)
+
+
+def session_of(session_dir: str, names: list[str]) -> str | None:
+    """The session id a session directory stands for (from a key sidecar when hashed)."""
+    stem = os.path.basename(session_dir)
+    session = decode_name(stem)
+    if session is not None:
+        return session
+    for name in names:
+        parts = read_sidecar(os.path.join(session_dir, name[: -len(DATA_SUFFIX)] + KEY_SUFFIX))
+        if parts is not None and encode_name(parts[1]) == stem:
+            return parts[1]
+    return None

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import attrs
+
 from storage.abilities import SummaryCheckpoint
 from storage.codec import decode, encode
 from storage.errors import CorruptRecordError
@@ -42,7 +44,14 @@ def _decode_checkpoint(
         messages = tuple(decode(text) for text in data["messages"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptRecordError(f"cannot decode stored checkpoint: {exc!r}") from exc
-    return SummaryCheckpoint(messages, covers_to, epoch, summarizer, created_at, version)
+    return SummaryCheckpoint(
+        messages,  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        covers_to,
+        epoch,
+        summarizer,
+        created_at,
+        version,
+    )
 
 
 class CheckpointMixin(PostgresCore):
@@ -86,14 +95,7 @@ class CheckpointMixin(PostgresCore):
         expected = check_expected_version(expected_version)
         if "\x00" in checkpoint.epoch:
             return None  # no epoch the store makes holds NUL
-        stored = SummaryCheckpoint(
-            checkpoint.messages,
-            checkpoint.covers_to,
-            checkpoint.epoch,
-            checkpoint.summarizer,
-            checkpoint.created_at,
-            expected + 1,
-        )
+        stored = attrs.evolve(checkpoint, version=expected + 1)
         record = _encode_checkpoint(stored)
         pool = self._pool or await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
@@ -131,7 +133,7 @@ class CheckpointMixin(PostgresCore):
         """
         args = key_args(check_key(key))
         seconds = check_lease(owner, ttl)
-        now = self._clock() if self._clock is not None else None
+        now = self._now() if self._clock is not None else None  # None: the server's clock
         pool = self._pool or await self._get_pool()
         won = await pool.fetchval(
             self._sql.acquire_lease, *args, escape_column(owner), seconds, now

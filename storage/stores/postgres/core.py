@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_PURGE_INTERVAL", "PostgresCore"]
 
-DEFAULT_PURGE_INTERVAL: Final = 3600.0  # seconds; shorter when the retention is
+DEFAULT_PURGE_INTERVAL: Final = 3600.0  # seconds
 _OWN_OPTIONS: Final = frozenset(
     {"schema", "table", "min_size", "max_size", "timeout", "retention", "purge_interval"}
 )
-Clock = Callable[[], datetime]
+Clock = Callable[[], float]
 
 
 def _duration(what: str, value: object) -> float | None:
@@ -67,12 +67,12 @@ class PostgresCore(BaseStore):
         timeout: seconds to connect and, per statement, to run (default 10).
         retention: delete messages older than this (seconds, a ``timedelta`` or a duration
             such as ``"30d"``); ``None`` (default) keeps everything.
-        purge_interval: with ``retention``, purge automatically during writes at most once
-            per this many seconds per store instance (default: one hour, or the retention
-            when shorter).
-        clock: the time source for retention and leases (a callable returning an aware
-            UTC datetime), for tests; default: the local clock for retention and the
-            server's clock for lease expiry (one clock for every worker).
+        purge_interval: with ``retention``, writes run a purge at most once per this many
+            seconds per store instance (or a duration string; default one hour).
+        clock: the time in seconds since the Unix epoch, for tests (a fake clock): the
+            retention cut-off, the purge interval and lease expiry read it. Default: the
+            local clock (``time.time``) for retention, the server's clock for lease expiry
+            (one clock for every worker, whatever their skew).
         **connect_options: passed to ``asyncpg.create_pool`` (``ssl=...``,
             ``statement_cache_size=0`` behind pgbouncer, ...).
 
@@ -129,9 +129,7 @@ class PostgresCore(BaseStore):
             "purge_interval",
             query.get("purge_interval") if purge_interval is None else purge_interval,
         )
-        if interval is None and self.retention is not None:
-            interval = min(DEFAULT_PURGE_INTERVAL, self.retention)
-        self.purge_interval = interval
+        self.purge_interval = DEFAULT_PURGE_INTERVAL if interval is None else interval
         self._clock = clock
         self._last_purge: datetime | None = None
         self._pool_options: dict[str, Any] = {
@@ -238,7 +236,9 @@ class PostgresCore(BaseStore):
             raise
 
     def _now(self) -> datetime:
-        return self._clock() if self._clock is not None else datetime.now(UTC)
+        if self._clock is None:
+            return datetime.now(UTC)
+        return datetime.fromtimestamp(self._clock(), UTC)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -253,8 +253,6 @@ class PostgresCore(BaseStore):
         """One call of ``<table>_save``; the messages newly stored, in order."""
         user, session, agent = key_args(key)
         pool = self._pool or await self._get_pool()
-        if self.retention is not None:
-            await self._purge_if_due(pool)
         ids = [escape_column(m.id) for m in batch]
         stored: list[str] = await pool.fetchval(
             self._sql.save,
@@ -268,6 +266,8 @@ class PostgresCore(BaseStore):
             expected,
             replace,
         )
+        if self.retention is not None and not replace:
+            await self._purge_if_due(pool)
         if len(stored) == len(batch):
             return list(batch)
         new = set(stored)
@@ -277,7 +277,7 @@ class PostgresCore(BaseStore):
         """Purge when ``purge_interval`` has passed since this instance last did."""
         now = self._now()
         last = self._last_purge
-        assert self.purge_interval is not None and self.retention is not None
+        assert self.retention is not None
         if last is not None and (now - last).total_seconds() < self.purge_interval:
             return
         self._last_purge = now  # first, so concurrent writers do not all purge

@@ -70,8 +70,9 @@ BEGIN
     FROM {{f_lock}}(p_user, p_session, p_agent);
     IF p_expected IS NOT NULL THEN
         SELECT max(key_seq) INTO v_max FROM {{t}} WHERE {_KEY};
+        -- Head.version: "epoch.last_seq", ".0" while the key holds no message.
         IF p_expected IS DISTINCT FROM
-           (CASE WHEN v_created THEN '' ELSE v_epoch END) || '.' || coalesce(v_max, 0) THEN
+           (CASE WHEN v_max IS NULL THEN '.0' ELSE v_epoch || '.' || v_max END) THEN
             RAISE EXCEPTION 'the conversation was written since version %', p_expected
                 USING ERRCODE = 'CL409';
         END IF;

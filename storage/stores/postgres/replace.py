@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from storage.errors import ConflictError, InvalidArgumentError
+from storage.errors import ConflictError
 from storage.history import prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import check_key
-from storage.stores.postgres.core import PostgresCore
 from storage.stores.postgres.functions import CONFLICT_SQLSTATE
+from storage.stores.postgres.sequenced import SequencedMixin
 
 __all__ = ["ReplaceMixin"]
 
 
-class ReplaceMixin(PostgresCore):
+class ReplaceMixin(SequencedMixin):
     """Atomic replace and stale-writer detection."""
 
     async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -47,22 +47,17 @@ class ReplaceMixin(PostgresCore):
 
         Raises:
             ConflictError: someone wrote since (nothing stored).
-            InvalidArgumentError: ``expected_version`` is not a str.
             InvalidMessageError: a message breaks a rule (nothing stored).
             InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
             StorageUnavailableError: the server cannot be reached (password redacted).
         """
         check_key(key)
-        if not isinstance(expected_version, str):
-            raise InvalidArgumentError(
-                f"expected_version must be a str (Head.version), got {expected_version!r}"
-            )
         batch = prepare_batch(messages)
         conflict = ConflictError(
             f"{key} was written since version {expected_version!r}; nothing was stored"
         )
-        if "\x00" in expected_version:
-            raise conflict  # no version the store makes holds NUL
+        if not isinstance(expected_version, str) or "\x00" in expected_version:
+            raise conflict  # no version the store makes is like that
         if not batch:
             if (await self.head(key)).version != expected_version:
                 raise conflict

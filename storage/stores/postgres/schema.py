@@ -55,7 +55,7 @@ _V2: Final = (
     "UPDATE {t} SET key_seq = seq",
     "ALTER TABLE {t} ALTER COLUMN key_seq SET NOT NULL",
     "ALTER TABLE {t} ADD COLUMN search tsvector",
-    "DROP INDEX IF EXISTS {by_key}",
+    "DROP INDEX IF EXISTS {schema}.{by_key}",
     "CREATE UNIQUE INDEX {by_key} ON {t} (user_id, session_id, agent_id, key_seq)",
     "CREATE INDEX {by_time} ON {t} (created_at)",
     "CREATE INDEX {fts} ON {t} USING gin (search)",
@@ -84,7 +84,7 @@ _V2: Final = (
         last_at timestamptz NOT NULL,
         PRIMARY KEY (user_id, session_id)
     )""",
-    "CREATE INDEX {sessions_last} ON {sessions} (user_id, last_at DESC, session_id DESC)",
+    "CREATE INDEX {sessions_last} ON {sessions} (user_id, last_at DESC, session_id)",
     """INSERT INTO {sessions} (user_id, session_id, agents, message_count, first_at, last_at)
        SELECT user_id, session_id, array_agg(agent_id ORDER BY agent_id COLLATE "C"),
               sum(message_count), min(first_at), max(last_at)
@@ -119,8 +119,7 @@ _V2: Final = (
         record text NOT NULL
     )""",
     "CREATE UNIQUE INDEX {records_by_seq} ON {records} (user_id, session_id, agent_id, key_seq)",
-    "CREATE UNIQUE INDEX {records_by_id} ON {records} "
-    "(user_id, session_id, agent_id, record_id)",
+    "CREATE UNIQUE INDEX {records_by_id} ON {records} (user_id, session_id, agent_id, record_id)",
     *FUNCTIONS,
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from storage.abilities import Head, Tail
 from storage.codec import decode
 from storage.message import ChatKey
@@ -12,13 +14,21 @@ from storage.stores.postgres.text import key_args
 
 __all__ = ["SequencedMixin"]
 
+_EMPTY: Final = Head(0, "", 0)
+
+
+def _head(last_seq: int, epoch: str, version: int) -> Head:
+    # A key holding no message has no epoch (its row may exist for its records).
+    return Head(int(last_seq), epoch, int(version)) if last_seq else _EMPTY
+
 
 class SequencedMixin(PostgresCore):
     """Heads and tails: per-key sequence numbers follow commit order (the key's row lock)."""
 
     async def head(self, key: ChatKey) -> Head:
         """The key's head in one query: the indexed ``max(key_seq)``, the epoch, and the
-        checkpoint's version (0 when none, or when it belongs to an older epoch).
+        checkpoint's version (0 when none, or when it belongs to an older epoch);
+        ``Head(0, "", 0)`` when the key holds no message.
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
@@ -28,7 +38,7 @@ class SequencedMixin(PostgresCore):
         pool = self._pool or await self._get_pool()
         row = await pool.fetchrow(self._sql.head, *args)
         assert row is not None
-        return Head(int(row[0]), row[1], int(row[2]))
+        return _head(row[0], row[1], row[2])
 
     async def fetch_since(self, key: ChatKey, after: int) -> Tail:
         """Messages with ``seq > after`` and the head, in one statement (one snapshot): an
@@ -44,11 +54,11 @@ class SequencedMixin(PostgresCore):
         after = check_after(after)
         pool = self._pool or await self._get_pool()
         rows = await pool.fetch(self._sql.fetch_since, *args, after)
-        head = Head(0, "", 0)
+        head = _EMPTY
         found: list[tuple[int, str]] = []
         for seq, record, last_seq, epoch, version in rows:
             if seq is None:
-                head = Head(int(last_seq), epoch, int(version))
+                head = _head(last_seq, epoch, version)
             else:
                 found.append((seq, record))
         found.sort(key=lambda row: row[0])  # in index order already: O(n)

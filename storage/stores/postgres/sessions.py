@@ -2,8 +2,8 @@
 
 One summary row per session (agents, message count, first and last ``created_at``), kept by
 the write functions in the same transaction as the messages, and read through the index
-``(user_id, last_at DESC, session_id DESC)``: a page costs the same whatever the number of
-messages, and the keyset cursor (``(last_at, session_id) < cursor``) is an index range.
+``(user_id, last_at DESC, session_id)``: a page costs the same whatever the number of
+messages, and the keyset cursor (``last_at <= cursor's``) is an index range.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ class SessionsMixin(PostgresCore):
     async def list_sessions(
         self, user_id: str, *, limit: int = 50, cursor: str | None = None
     ) -> SessionPage:
-        """The user's sessions, newest activity first (``last_at`` desc, then ``session_id``
-        desc), ``limit`` per page.
+        """The user's sessions, newest activity first (``last_at`` desc, ties by
+        ``session_id`` ascending in code point order), ``limit`` per page.
 
         Raises:
             InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.

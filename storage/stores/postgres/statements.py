@@ -109,17 +109,21 @@ class Statements:
             list_sessions=(
                 "SELECT session_id, agents, message_count, first_at, last_at "
                 f"FROM {n['sessions']} WHERE user_id = $1 "
-                "ORDER BY last_at DESC, session_id DESC LIMIT $2"
+                "ORDER BY last_at DESC, session_id LIMIT $2"
             ),
+            # ``last_at <= $3`` is the index range; the rest filters the ties only.
             list_sessions_after=(
                 "SELECT session_id, agents, message_count, first_at, last_at "
-                f"FROM {n['sessions']} WHERE user_id = $1 AND (last_at, session_id) < ($3, $4) "
-                "ORDER BY last_at DESC, session_id DESC LIMIT $2"
+                f"FROM {n['sessions']} WHERE user_id = $1 AND last_at <= $3 "
+                "AND (last_at < $3 OR session_id > $4) "
+                "ORDER BY last_at DESC, session_id LIMIT $2"
             ),
+            # The tsquery written out twice (not joined in FROM), so it is an index condition.
             search=(
-                "SELECT m.session_id, m.agent_id, m.record, ts_rank(m.search, q) AS rank "
-                f"FROM {t} m, websearch_to_tsquery('simple', $2) AS q "
-                "WHERE m.user_id = $1 AND m.search @@ q "
+                "SELECT m.session_id, m.agent_id, m.record, "
+                "ts_rank(m.search, websearch_to_tsquery('simple', $2)) AS rank "
+                f"FROM {t} m WHERE m.user_id = $1 "
+                "AND m.search @@ websearch_to_tsquery('simple', $2) "
                 "ORDER BY rank DESC, m.created_at DESC, m.seq DESC LIMIT $3"
             ),
             save_record=f"SELECT * FROM {n['f_record']}($1, $2, $3, $4, $5, $6, $7)",

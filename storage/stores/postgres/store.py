@@ -15,9 +15,9 @@ __all__ = ["PostgresChatStorage"]
 
 
 class PostgresChatStorage(
+    ReplaceMixin,  # before SequencedMixin, which it builds on
     SequencedMixin,
     CheckpointMixin,
-    ReplaceMixin,
     SessionsMixin,
     SearchMixin,
     RecordsMixin,

@@ -18,10 +18,15 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["ScriptClient", "driver_query_names", "import_driver"]
+__all__ = ["ClosedError", "ScriptClient", "driver_keywords", "driver_query_names", "import_driver"]
 
 _CLUSTER_OPTIONS: Final = frozenset(
-    {"read_from_replicas", "require_full_coverage", "reinitialize_steps", "cluster_error_retry_attempts"}
+    {
+        "read_from_replicas",
+        "require_full_coverage",
+        "reinitialize_steps",
+        "cluster_error_retry_attempts",
+    }
 )
 
 
@@ -54,10 +59,27 @@ def driver_query_names(redis: Any) -> set[str]:
     return names | _CLUSTER_OPTIONS
 
 
-class ScriptClient:
-    """One redis-py client (a single server or a Cluster) with script helpers."""
+def driver_keywords(redis: Any, *, cluster: bool) -> set[str]:
+    """The keyword options redis-py's client (``Redis`` or ``RedisCluster``) takes."""
+    from redis.asyncio import connection
 
-    __slots__ = ("client", "cluster", "_init_lock", "_no_script")
+    client = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+    names = set(inspect.signature(client.__init__).parameters)
+    for cls in (connection.AbstractConnection, connection.SSLConnection):
+        names |= set(inspect.signature(cls.__init__).parameters)
+    return names - {"self", "kwargs", "args"}
+
+
+class ClosedError(Exception):
+    """A call after ``aclose`` (the store translates it into ``StorageUnavailableError``)."""
+
+
+class ScriptClient:
+    """One redis-py client (a single server or a Cluster) with script helpers.
+
+    Every command goes through :meth:`ready`, which refuses once the client is closed
+    (redis-py itself would quietly reconnect).
+    """
 
     def __init__(self, redis: Any, url: str, *, cluster: bool, options: dict[str, Any]) -> None:
         self.cluster = cluster
@@ -69,6 +91,7 @@ class ScriptClient:
         else:
             self.client = redis.asyncio.Redis.from_url(url, **options)
         self._init_lock = anyio.Lock()
+        self.closed = False
 
     async def ready(self) -> Redis | RedisCluster:
         """The client, its Cluster nodes discovered.
@@ -77,6 +100,8 @@ class ScriptClient:
         ``_writer`` when many tasks send their first commands while it initializes (or
         re-initializes after an error), so one task initializes under a lock first.
         """
+        if self.closed:
+            raise ClosedError("the store is closed")
         client = self.client
         if self.cluster and getattr(client, "_initialize", False):
             async with self._init_lock:
@@ -116,4 +141,5 @@ class ScriptClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
+        self.closed = True
         await self.client.aclose()

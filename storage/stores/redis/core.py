@@ -6,7 +6,7 @@ See :mod:`storage.stores.redis` for the layout and the guarantees.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Final, Self, cast
 from urllib.parse import parse_qsl, urlsplit
@@ -14,14 +14,20 @@ from urllib.parse import parse_qsl, urlsplit
 from storage.codec import decode, encode
 from storage.durations import parse_duration
 from storage.errors import ConfigError, ConflictError, InvalidArgumentError, StorageUnavailableError
+from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.stores.base import BaseStore, SessionRow
 from storage.stores.redis import scripts
-from storage.stores.redis.client import ScriptClient, driver_query_names, import_driver
+from storage.stores.redis.client import (
+    ClosedError,
+    ScriptClient,
+    driver_keywords,
+    driver_query_names,
+    import_driver,
+)
 from storage.stores.redis.layout import Layout, decode_part, entry, part, to_us
 from storage.stores.urls import check_query, drop_query
-from storage.history import drop_orphaned_results
 
 __all__ = ["DEFAULT_PREFIX", "RedisCore"]
 
@@ -80,11 +86,16 @@ class RedisCore(BaseStore):
             (default): never.
         cluster: use ``redis.asyncio.cluster.RedisCluster`` (the URL names any one node).
             Overrides the URL's ``cluster``.
+        clock: seconds since the Unix epoch (``time.time``'s convention) read for lease
+            expiry. ``None`` (default): the Redis server's own clock, which every worker
+            shares. Leases also carry a server-side expiry (``PX``) of their ``ttl``, so a
+            dead holder's lease never outlives ``ttl`` of server time.
         **client_options: passed to ``Redis.from_url`` / ``RedisCluster.from_url``.
 
     Raises:
         ConfigError: redis-py is not installed (``pip install 'chatlayers[redis]'``), or the
             URL or an option is invalid.
+        TypeError: a keyword option neither this store nor redis-py takes.
     """
 
     scheme = "redis"
@@ -96,6 +107,7 @@ class RedisCore(BaseStore):
         prefix: str | None = None,
         ttl: float | timedelta | str | None = None,
         cluster: bool | None = None,
+        clock: Callable[[], float] | None = None,
         **client_options: Any,
     ) -> None:
         redis = import_driver()
@@ -104,6 +116,7 @@ class RedisCore(BaseStore):
             redis.exceptions.RedisError,
             redis.exceptions.RedisClusterException,
             OSError,
+            ClosedError,
         )
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://")):
             raise ConfigError(f"not a redis:// or rediss:// URL: {redact_url(str(url))!r}")
@@ -127,6 +140,12 @@ class RedisCore(BaseStore):
         if cluster is None:
             cluster = _flag("cluster", query.get("cluster", "false"))
         self.cluster = bool(cluster)
+        unknown = set(client_options) - driver_keywords(redis, cluster=self.cluster)
+        if unknown:
+            raise TypeError(f"RedisChatStorage got unexpected keyword options {sorted(unknown)}")
+        if clock is not None and not callable(clock):
+            raise ConfigError(f"redis clock must be a callable returning seconds, got {clock!r}")
+        self.clock = clock
         try:
             self._redis = ScriptClient(
                 redis, drop_query(url, OWN_OPTIONS), cluster=self.cluster, options=client_options
@@ -159,7 +178,7 @@ class RedisCore(BaseStore):
         return StorageUnavailableError(f"Redis at {self.url}: {detail}")
 
     def _describe_options(self) -> str:
-        extra = f", ttl={self.ttl:g}s" if self.ttl else ""
+        extra = f", ttl={self.ttl:.12g}s" if self.ttl else ""
         kind = ", cluster" if self.cluster else ""
         return f"prefix={self.prefix!r}{extra}{kind}"
 

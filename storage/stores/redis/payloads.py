@@ -9,7 +9,7 @@ from typing import Any
 from storage.abilities import ConversationRecord, SummaryCheckpoint
 from storage.codec import decode, encode
 from storage.errors import CorruptRecordError
-from storage.message import thaw
+from storage.message import ChatMessage, thaw
 
 __all__ = ["decode_checkpoint", "decode_record", "encode_checkpoint", "encode_record"]
 
@@ -35,8 +35,9 @@ def decode_checkpoint(raw: bytes) -> SummaryCheckpoint:
     """Raises: CorruptRecordError: not a checkpoint this store wrote."""
     try:
         data = json.loads(raw)
+        messages: tuple[ChatMessage, ...] = tuple([decode(m) for m in data["m"]])
         return SummaryCheckpoint(
-            messages=tuple(decode(m) for m in data["m"]),
+            messages=messages,  # type: ignore[arg-type]  # attrs converter=tuple
             covers_to=int(data["to"]),
             epoch=str(data["e"]),
             summarizer=str(data["by"]),
@@ -51,7 +52,9 @@ def encode_record(record: ConversationRecord) -> str:
     """A record (``created_at`` set) as one JSON text; its ``seq`` is kept by the entry."""
     assert record.created_at is not None
     data: Any = thaw(record.data)
-    return _dumps({"id": record.id, "k": record.kind, "d": data, "at": record.created_at.isoformat()})
+    return _dumps(
+        {"id": record.id, "k": record.kind, "d": data, "at": record.created_at.isoformat()}
+    )
 
 
 def decode_record(seq: int, raw: bytes) -> ConversationRecord:

@@ -347,13 +347,23 @@ return {redis.call('HGET', KEYS[1], 'e') or '', redis.call('GET', KEYS[2])}
 """,
 )
 
-# KEYS: lease. ARGV: owner, ttl_ms. Returns 1 when owner holds the lease now.
+# A lease's value is "EXPIRY_MS OWNER"; the key also expires (PX ttl) on the server.
+# KEYS: lease. ARGV: owner, ttl_ms, now_ms (-1: the server's clock). Returns 1 when owner
+# holds the lease now (taken or extended).
 ACQUIRE_LEASE: Final = _script(
     "acquire_lease",
     r"""
+local now = tonumber(ARGV[3])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if cur then
+  local expiry, owner = string.match(cur, '^(%d+) (.*)$')
+  if owner ~= ARGV[1] and expiry and tonumber(expiry) > now then return 0 end
+end
+redis.call('SET', KEYS[1], fmt(now + tonumber(ARGV[2])) .. ' ' .. ARGV[1], 'PX', ARGV[2])
 return 1
 """,
 )
@@ -362,7 +372,10 @@ return 1
 RELEASE_LEASE: Final = _script(
     "release_lease",
     r"""
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, '^%d+ (.*)$') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
 return 0
 """,
 )

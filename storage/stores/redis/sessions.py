@@ -51,7 +51,9 @@ def session_info(member: str, reply: list[object]) -> SessionInfo | None:
         last = t if last is None else max(last, t)
     if not count or first is None or last is None:
         return None
-    return SessionInfo(decode_part(member), tuple(sorted(agents)), count, from_us(first), from_us(last))
+    return SessionInfo(
+        decode_part(member), tuple(sorted(agents)), count, from_us(first), from_us(last)
+    )
 
 
 async def page_sessions(

@@ -170,8 +170,9 @@ class RedisChatStorage(RedisCore):
         return stored if done else None
 
     async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
-        """Take (or extend) the key's summarizing lease for ``ttl`` seconds of the server's
-        clock: ``SET PX`` in a script that refuses while another owner holds it.
+        """Take (or extend) the key's summarizing lease for ``ttl`` seconds of the store's
+        clock (the server's unless ``clock`` was given): ``SET PX`` in a script that refuses
+        while another owner holds an unexpired one.
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
@@ -182,7 +183,9 @@ class RedisChatStorage(RedisCore):
         seconds = check_lease(owner, ttl)
         names = self.layout.key(key)
         ms = max(int(seconds * 1000), 1)
-        return bool(await self._redis.eval(scripts.ACQUIRE_LEASE, [names.lease], [owner, ms]))
+        now = int(self.clock() * 1000) if self.clock is not None else -1
+        reply = await self._redis.eval(scripts.ACQUIRE_LEASE, [names.lease], [owner, ms, now])
+        return bool(reply)
 
     async def release_lease(self, key: ChatKey, owner: str) -> None:
         """Give the lease back if ``owner`` holds it (compare-and-delete in one script).
@@ -389,4 +392,3 @@ class RedisChatStorage(RedisCore):
 
 def _seq(record: ConversationRecord) -> int:
     return record.seq
-

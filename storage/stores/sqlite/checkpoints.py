@@ -16,7 +16,7 @@ import attrs
 
 from storage.abilities import Head, SummaryCheckpoint
 from storage.codec import decode, encode
-from storage.message import ChatKey
+from storage.message import ChatKey, ChatMessage
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import from_us, to_us
 
@@ -26,9 +26,9 @@ EMPTY_HEAD: Final = Head(0, "", 0)
 # The epoch, the newest sequence number (from the messages index) and the checkpoint's
 # version: three primary-key or index lookups in one statement.
 _HEAD: Final = (
-    "SELECT c.epoch, (SELECT seq FROM messages WHERE {key} ORDER BY seq DESC LIMIT 1), "
-    "(SELECT version FROM checkpoints WHERE {key}) FROM conversations c WHERE {key}"
-).format(key=KEY)
+    f"SELECT c.epoch, (SELECT seq FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT 1), "
+    f"(SELECT version FROM checkpoints WHERE {KEY}) FROM conversations c WHERE {KEY}"
+)
 
 
 def head(conn: sqlite3.Connection, key: ChatKey) -> Head:
@@ -51,8 +51,9 @@ def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
     if row is None:
         return None
     version, epoch, covers_to, summarizer, created_us, records = row
+    messages: tuple[ChatMessage, ...] = tuple(decode(r) for r in records.split("\n"))
     return SummaryCheckpoint(
-        tuple(decode(r) for r in records.split("\n")),
+        messages,  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
         covers_to,
         epoch,
         summarizer,

@@ -14,26 +14,23 @@ Version 2 adds, beside it:
   ``records`` (application records, numbered from the messages' own sequence);
 - ``messages_fts``: an FTS5 index of each message's normalized words
   (:func:`storage.search.tokenize`), rowid = the message's ``seq``, plus a token naming its
-  user so a search only ever reads one user's postings;
-- an index on ``messages.created_us`` for retention purges.
+  user so a search only ever reads one user's postings; ``meta.fts_indexed_to`` is the
+  highest sequence number it covers (searches index the rest, :mod:`.fts`).
 
 ``MIGRATIONS[n]`` holds the SQL statements that take a database from version ``n`` to
-``n + 1``; ``BACKFILLS[n]``, when present, then fills the new tables from the rows already
-there (in the same transaction). A database whose version is above :data:`SCHEMA_VERSION`
+``n + 1``, including the statements that fill new tables from the rows already there;
+everything runs in one transaction. A database whose version is above :data:`SCHEMA_VERSION`
 was written by a newer chatlayers: it is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from typing import Final
 
-from storage.codec import decode
 from storage.errors import SchemaVersionError
-from storage.stores.sqlite.fts import index_rows
 
-__all__ = ["BACKFILLS", "MIGRATIONS", "SCHEMA_VERSION", "check_version", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "migrate"]
 
 _V1: Final = (
     """CREATE TABLE IF NOT EXISTS messages (
@@ -45,8 +42,7 @@ _V1: Final = (
         created_us INTEGER NOT NULL,
         record TEXT NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS messages_by_key ON messages "
-    "(user_id, session_id, agent_id, seq)",
+    "CREATE INDEX IF NOT EXISTS messages_by_key ON messages (user_id, session_id, agent_id, seq)",
     "CREATE UNIQUE INDEX IF NOT EXISTS messages_by_id ON messages "
     "(user_id, session_id, agent_id, message_id)",
 )
@@ -105,33 +101,24 @@ _V2: Final = (
     "CREATE UNIQUE INDEX IF NOT EXISTS records_by_id ON records "
     "(user_id, session_id, agent_id, record_id)",
     "CREATE INDEX IF NOT EXISTS records_by_key ON records (user_id, session_id, agent_id, seq)",
-    "CREATE INDEX IF NOT EXISTS messages_by_time ON messages (created_us)",
+    """CREATE TABLE IF NOT EXISTS meta (
+        name TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('fts_indexed_to', 0)",
     # Normalized words only, split on spaces (``_`` is part of a word, as in ``\w``).
     "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
     "words, owner, tokenize = \"ascii tokenchars '_'\")",
+    # Tallies of the messages a version-1 database holds (the first search indexes them).
+    "INSERT OR IGNORE INTO conversations SELECT user_id, session_id, agent_id, "
+    "lower(hex(randomblob(8))), count(*), min(created_us), max(created_us) "
+    "FROM messages GROUP BY user_id, session_id, agent_id",
+    "INSERT OR IGNORE INTO sessions SELECT user_id, session_id, sum(message_count), "
+    "min(first_us), max(last_us) FROM conversations GROUP BY user_id, session_id",
 )
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
-
-
-def _backfill_v2(conn: sqlite3.Connection) -> None:
-    """Summaries and the search index of the messages a version-1 database holds."""
-    conn.execute(
-        "INSERT INTO conversations SELECT user_id, session_id, agent_id, "
-        "lower(hex(randomblob(8))), count(*), min(created_us), max(created_us) "
-        "FROM messages GROUP BY user_id, session_id, agent_id"
-    )
-    conn.execute(
-        "INSERT INTO sessions SELECT user_id, session_id, sum(message_count), min(first_us), "
-        "max(last_us) FROM conversations GROUP BY user_id, session_id"
-    )
-    cursor = conn.execute("SELECT seq, user_id, record FROM messages ORDER BY seq")
-    while chunk := cursor.fetchmany(1000):
-        index_rows(conn, [(seq, user, decode(record)) for seq, user, record in chunk])
-
-
-BACKFILLS: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {1: _backfill_v2}
 
 
 def check_version(version: int, where: str) -> None:
@@ -167,9 +154,6 @@ def migrate(conn: sqlite3.Connection, where: str) -> None:
         for step in range(version, SCHEMA_VERSION):
             for statement in MIGRATIONS[step]:
                 conn.execute(statement)
-            backfill = BACKFILLS.get(step)
-            if backfill is not None:
-                backfill(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -13,8 +13,7 @@ __all__ = ["FIRST_PAGE", "NEXT_PAGE", "page"]
 
 _COLUMNS: Final = "session_id, message_count, first_us, last_us"
 FIRST_PAGE: Final = (
-    f"SELECT {_COLUMNS} FROM sessions WHERE user_id = ? "
-    "ORDER BY last_us DESC, session_id LIMIT ?"
+    f"SELECT {_COLUMNS} FROM sessions WHERE user_id = ? ORDER BY last_us DESC, session_id LIMIT ?"
 )
 # After (us, session): older activity, or the same instant and a later session id. The
 # ``last_us <= ?`` bound lets the index range start at the cursor.

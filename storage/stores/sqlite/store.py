@@ -18,6 +18,7 @@ truncating the write-ahead log, so the erased text is in none of the files after
 
 from __future__ import annotations
 
+import difflib
 import os
 import sqlite3
 import time
@@ -36,7 +37,7 @@ from storage.abilities import (
 )
 from storage.codec import DecodeCache, decode
 from storage.durations import parse_duration
-from storage.errors import ConflictError, InvalidArgumentError, StorageUnavailableError
+from storage.errors import ConfigError, ConflictError, InvalidArgumentError, StorageUnavailableError
 from storage.history import drop_orphaned_results, prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage, check_key_part
 from storage.search import check_search_args, make_snippet, message_search_text
@@ -61,6 +62,10 @@ __all__ = ["SQLiteChatStorage", "Synchronous"]
 
 Synchronous = Literal["off", "normal", "full", "extra"]
 _DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
+# The constructor's keyword options (what ``from_url`` accepts).
+_OPTIONS: Final = frozenset(
+    {"synchronous", "busy_timeout", "cache_chars", "create", "retention", "purge_interval", "clock"}
+)
 
 # Sequence numbers only: answered from the (user, session, agent, seq) index alone.
 _SEQS = f"SELECT seq FROM messages WHERE {KEY} ORDER BY seq"
@@ -76,7 +81,9 @@ _ROWS_LAST = (
 _RECORDS = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq"
 _RECORDS_LAST = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT ?"
 _SINCE = f"SELECT seq, record FROM messages WHERE {KEY} AND seq > ? ORDER BY seq"
-_SESSION = "SELECT seq, agent_id, created_us, record FROM messages WHERE user_id = ? AND session_id = ?"
+_SESSION = (
+    "SELECT seq, agent_id, created_us, record FROM messages WHERE user_id = ? AND session_id = ?"
+)
 _SEARCH = (
     "SELECT m.seq, m.session_id, m.agent_id, m.record, bm25(messages_fts, 1.0, 0.0) AS score "
     "FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid "
@@ -169,7 +176,16 @@ class SQLiteChatStorage(BaseStore):
             ConfigError: not a sqlite URL, no path, ``sqlite://x.db`` (two slashes name a
                 host: the message shows ``sqlite:///x.db``), or an unknown query option.
         """
-        store = cls(path_from_url(url, "sqlite", options=options), **options)
+        path = path_from_url(url, "sqlite", options=options)
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(_OPTIONS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"store 'sqlite' has no option {unknown[0]!r}{hint}; "
+                f"allowed: {', '.join(sorted(_OPTIONS))}"
+            )
+        store = cls(path, **options)
         store.display_url = url.partition("?")[0]
         return store
 
@@ -327,10 +343,18 @@ class SQLiteChatStorage(BaseStore):
     def _remove_messages(
         self, conn: sqlite3.Connection, where: str, params: Sequence[object], *, erase: bool = True
     ) -> list[int]:
-        """Delete the messages ``WHERE where`` and their index rows; their sequence numbers."""
-        seqs = [seq for (seq,) in conn.execute(f"SELECT seq FROM messages WHERE {where}", params)]
+        """Delete the messages ``WHERE where`` and their index rows (merging the index when
+        ``erase``, so their words are gone from it); their sequence numbers."""
+        seqs = [
+            seq
+            for (seq,) in conn.execute(
+                f"SELECT seq FROM messages WHERE {where} ORDER BY seq", params
+            )
+        ]
         if seqs:
-            indexed = fts.unindex(conn, where, params)
+            indexed = seqs[0] <= fts.indexed_to(conn)  # ascending: the rowid order
+            if indexed:
+                fts.unindex(conn, where, params)
             conn.execute(f"DELETE FROM messages WHERE {where}", params)
             if indexed and erase:
                 fts.erase(conn)
@@ -535,9 +559,11 @@ class SQLiteChatStorage(BaseStore):
         """
         check_key_part("user_id", user_id)
         terms = check_search_args(query, limit)
-        rows = self._conn.execute(
-            _SEARCH, (fts.match_query(user_id, terms), user_id, limit)
-        ).fetchall()
+        conn = self._conn
+        if fts.stale(conn):
+            with transaction(conn):
+                fts.catch_up(conn)
+        rows = conn.execute(_SEARCH, (fts.match_query(user_id, terms), user_id, limit)).fetchall()
         wanted = set(terms)
         hits = []
         for (_, session_id, agent_id, _, score), message in zip(
@@ -607,17 +633,23 @@ class SQLiteChatStorage(BaseStore):
     def _purge(self, now: datetime) -> int:
         assert self.retention is not None
         self._last_purge = now.timestamp()
-        cutoff = (to_us(now - timedelta(seconds=self.retention)),)
-        old = "created_us < ?"
+        cutoff = to_us(now - timedelta(seconds=self.retention))
         with transaction(self._conn) as conn:
+            # The tallies say which keys hold old messages: no scan of the messages table.
             keys = conn.execute(
-                f"SELECT DISTINCT user_id, session_id, agent_id FROM messages WHERE {old}", cutoff
+                "SELECT user_id, session_id, agent_id FROM conversations WHERE first_us < ?",
+                (cutoff,),
             ).fetchall()
             if not keys:
                 return 0
-            seqs = self._remove_messages(conn, old, cutoff)
+            seqs: list[int] = []
             for key in keys:
+                seqs += self._remove_messages(
+                    conn, f"{KEY} AND created_us < ?", (*key, cutoff), erase=False
+                )
                 conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", key)
+            if seqs and min(seqs) <= fts.indexed_to(conn):
+                fts.erase(conn)
             tallies.refresh_keys(conn, keys)
             tallies.refresh_sessions(conn, {(user, session) for user, session, _ in keys})
         self._cache.discard(seqs)

@@ -17,7 +17,7 @@ from typing import Final
 from storage.codec import encode
 from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
-from storage.stores.sqlite import fts, tallies
+from storage.stores.sqlite import tallies
 
 __all__ = ["EPOCH", "MICRO", "append", "from_us", "next_seq", "to_us", "transaction", "wipe_wal"]
 
@@ -55,7 +55,7 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 def append(
     conn: sqlite3.Connection, key: ChatKey, batch: Sequence[ChatMessage]
 ) -> tuple[list[ChatMessage], list[int]]:
-    """Insert a prepared batch inside a transaction, with its tallies and index rows.
+    """Insert a prepared batch inside a transaction, with its tallies.
 
     Returns:
         The newly stored messages (ids already stored for the key are skipped) and their
@@ -102,7 +102,6 @@ def append(
         first_us = min(row[4] for row in kept)
         last_us = max(row[4] for row in kept)
     tallies.add(conn, key, len(stored), first_us, last_us)
-    fts.index_rows(conn, ((seq, user, m) for seq, m in zip(seqs, stored, strict=True)))
     return stored, seqs
 
 

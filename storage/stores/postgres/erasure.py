@@ -1,0 +1,56 @@
+"""Erasure on PostgreSQL: what ``delete``/``delete_user`` remove, and what remains for a DBA.
+
+``delete`` and ``delete_user`` remove, in one transaction, every row holding the
+conversation's text or key: messages (with their search vectors), records, checkpoints,
+leases, the key's row and the session summary. After they return no query can read the text.
+
+PostgreSQL keeps copies of deleted rows outside the live tables until they are overwritten:
+
+- **dead tuples**: a deleted row stays in its heap page (and its words in the GIN index) until
+  the space is reused; ``VACUUM`` marks it reusable but does not overwrite it. ``VACUUM FULL``
+  (or ``pg_repack``) rewrites the tables and their indexes into new files, and the old files
+  are removed at the next checkpoint: :meth:`ErasureMixin.vacuum` runs it on the store's
+  tables (an ``ACCESS EXCLUSIVE`` lock per table while it runs: schedule it).
+- **WAL and its archives**: the inserted text is in the write-ahead log until its segments
+  are recycled and overwritten, and in every WAL archive and base backup until they expire.
+  Set archive and backup retention to your erasure deadline (``archive_cleanup_command``,
+  your backup tool's retention), or make erasure independent of copies with the encrypting
+  layer (``encrypt::postgresql://...``): ``delete_user`` shreds the user's data key and every
+  copy of their ciphertext becomes unreadable.
+- **replicas** apply the deletes through replication; their own dead tuples need the same
+  ``VACUUM FULL``.
+"""
+
+from __future__ import annotations
+
+from storage.stores.postgres.core import PostgresCore
+
+__all__ = ["ErasureMixin"]
+
+
+class ErasureMixin(PostgresCore):
+    """Physical reclaim of erased rows (see the module docstring)."""
+
+    async def vacuum(self, *, full: bool = True) -> None:
+        """``VACUUM`` (``FULL`` by default) every table of the store, so the bytes of deleted
+        rows leave the data files (``FULL`` rewrites each table and its indexes).
+
+        Args:
+            full: rewrite the tables (``VACUUM FULL``: erased text gone from the data files
+                once the next checkpoint removes the old files; blocks each table while it
+                runs) or only mark dead rows reusable (plain ``VACUUM``, no blocking).
+
+        Raises:
+            StorageUnavailableError: the server cannot be reached, or the login may not
+                vacuum these tables (password redacted).
+        """
+        pool = self._pool or await self._get_pool()
+        names = self.names
+        tables = [names.messages] + [
+            names.qualified(what)
+            for what in ("keys", "sessions", "checkpoints", "leases", "records")
+        ]
+        verb = "VACUUM (FULL, ANALYZE)" if full else "VACUUM (ANALYZE)"
+        async with pool.acquire() as conn:
+            for table in tables:
+                await conn.execute(f"{verb} {table}")

@@ -1,0 +1,51 @@
+"""The writer process of the kit's multi-process scenarios (not an API).
+
+``python -m storage.testing.child JSON`` with ``JSON`` holding ``url``, ``key`` (three
+strings), ``prefix``, ``batches`` and ``batch_size``: opens ``url`` with ``open_storage``,
+saves ``batches`` batches of ``batch_size`` messages one batch at a time, and prints
+``ack N`` (flushed) after batch ``N`` was acknowledged. Message ids are
+``{prefix}-{N}-{i}``, texts ``{prefix}:{N}:{i}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import anyio
+
+
+def batch(prefix: str, n: int, size: int) -> list[Any]:
+    """The messages of batch ``n`` (the parent rebuilds them to compare)."""
+    from storage.message import ChatMessage
+
+    return [
+        ChatMessage(
+            "user" if i % 2 == 0 else "assistant", f"{prefix}:{n}:{i}", id=f"{prefix}-{n}-{i}"
+        )
+        for i in range(size)
+    ]
+
+
+async def _write(spec: dict[str, Any]) -> None:
+    from storage.config import open_storage
+    from storage.message import ChatKey
+
+    key = ChatKey(*spec["key"])
+    async with open_storage(spec["url"]) as store:
+        for n in range(int(spec["batches"])):
+            stored = await store.save_messages(
+                key, batch(spec["prefix"], n, int(spec["batch_size"]))
+            )
+            assert len(stored) == int(spec["batch_size"])
+            sys.stdout.write(f"ack {n}\n")
+            sys.stdout.flush()
+
+
+def main(argv: list[str]) -> None:
+    anyio.run(_write, json.loads(argv[0]), backend="asyncio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,154 @@
+"""ChatlayersCheckpointer against real LangChain 1.x ``create_agent`` and LangGraph: a
+tool-calling agent's thread compared message by message with LangGraph's own InMemorySaver,
+a restart over SQLite, scrubbing and summarizing, all with a scripted fake chat model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+pytest.importorskip("langchain.agents")
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messages_to_dict
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from storage.adapters.langgraph import ChatlayersCheckpointer
+from storage.config import open_storage
+from storage.message import ChatKey
+from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+from storage.sync import SyncChatStorage
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """A fake chat model that accepts tools (create_agent binds them) and records its input."""
+
+    seen: list[list[BaseMessage]] = []
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@tool
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def script() -> Iterator[AIMessage]:
+    yield AIMessage(
+        "", id="ai-1", tool_calls=[{"name": "lookup", "args": {"city": "Oslo"}, "id": "call-1"}]
+    )
+    yield AIMessage("It is sunny in Oslo.", id="ai-2")
+    yield AIMessage("You asked about Oslo.", id="ai-3")
+    for n in range(4, 40):
+        yield AIMessage(f"answer {n}", id=f"ai-{n}")
+
+
+def agent_with(checkpointer: Any) -> Any:
+    model = ScriptedModel(messages=script())
+    model.seen = []
+    return create_agent(model, [lookup], checkpointer=checkpointer), model
+
+
+CONFIG: Any = {"configurable": {"thread_id": "thread-1", "user_id": "user-1"}}
+
+
+def converse(agent: Any, prompts: Sequence[str]) -> list[dict[str, Any]]:
+    for n, prompt in enumerate(prompts):
+        agent.invoke({"messages": [HumanMessage(prompt, id=f"human-{n}")]}, CONFIG)
+    return messages_to_dict(agent.get_state(CONFIG).values["messages"])
+
+
+def test_same_thread_messages_as_in_memory_saver_item_by_item() -> None:
+    with SyncChatStorage(InMemoryChatStorage()) as sync:
+        ours, _ = agent_with(ChatlayersCheckpointer(sync))
+        native, _ = agent_with(InMemorySaver())
+        prompts = ["Weather in Oslo?", "What did I ask?"]
+        got, expected = converse(ours, prompts), converse(native, prompts)
+        assert [m["type"] for m in expected] == ["human", "ai", "tool", "ai", "human", "ai"]
+        assert len(got) == len(expected)
+        for n, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert a == b, n
+        # The stack holds the thread, once each, under (user, thread, agent).
+        stored = sync.fetch(ChatKey("user-1", "thread-1", "agent"))
+        assert [m.id for m in stored] == [m["data"]["id"] for m in expected]
+
+
+async def test_async_invoke_and_a_restart_over_sqlite(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    async with SQLiteChatStorage(db) as store:
+        agent, _ = agent_with(ChatlayersCheckpointer(store))
+        await agent.ainvoke({"messages": [HumanMessage("Weather in Oslo?", id="h1")]}, CONFIG)
+    # A new process: a new checkpointer (its in-memory bookkeeping is gone), same database.
+    async with SQLiteChatStorage(db) as store:
+        agent, model = agent_with(ChatlayersCheckpointer(store))
+        await agent.ainvoke({"messages": [HumanMessage("What did I ask?", id="h2")]}, CONFIG)
+        # The model saw the earlier turn, restored from the stack.
+        assert [m.content for m in model.seen[0]][:2] == ["Weather in Oslo?", ""]
+        state = await agent.aget_state(CONFIG)
+        assert [m.id for m in state.values["messages"]] == ["h1", "ai-1", *_tool_id(state), "ai-2", "h2", "ai-3"][: len(state.values["messages"])]
+        assert len(await store.fetch(ChatKey("user-1", "thread-1", "agent"))) == 6
+
+
+def _tool_id(state: Any) -> list[str]:
+    return [m.id for m in state.values["messages"] if m.type == "tool"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # LangGraph runs on asyncio
+
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_scrubbed_and_summarized_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATLAYERS_PII_SECRET", "test-secret-0123456789abcdef")
+    stack = open_storage("summarize::scrub::memory://")
+    summarizing = stack.inner
+    summarizing.trigger_at = 2  # type: ignore[attr-defined]
+    summarizing._threshold = 4  # type: ignore[attr-defined]
+    async with stack:
+        agent, model = agent_with(ChatlayersCheckpointer(stack))
+        await agent.ainvoke(
+            {"messages": [HumanMessage("I am ada@example.com, weather in Oslo?", id="h0")]},
+            CONFIG,
+        )
+        raw = await stack.base.fetch(ChatKey("user-1", "thread-1", "agent"))
+        assert "ada@example.com" not in raw[0].text
+        assert "<EMAIL_ADDRESS_" in raw[0].text
+        for n in range(1, 5):
+            await agent.ainvoke({"messages": [HumanMessage(f"turn {n}", id=f"h{n}")]}, CONFIG)
+        state = await agent.aget_state(CONFIG)
+        first = state.values["messages"][0]
+        assert first.type == "system"
+        assert first.response_metadata["chatlayers"] == {"summary": True}
+        # The summary is never stored as a message of the thread; the raw record has all.
+        raw = await stack.base.fetch(ChatKey("user-1", "thread-1", "agent"))
+        assert not any(m.is_summary for m in raw)
+        assert len(raw) == 4 + 2 * 4
+        # The model's last call saw the summarized view, not the whole record.
+        assert len(model.seen[-1]) < len(raw)
+
+
+async def test_delete_thread_erases_the_conversation() -> None:
+    store = InMemoryChatStorage()
+    saver = ChatlayersCheckpointer(store, user_id="user-1")
+    agent, _ = agent_with(saver)
+    await agent.ainvoke({"messages": [HumanMessage("hi", id="h")]}, CONFIG)
+    assert await store.fetch(ChatKey("user-1", "thread-1", "agent"))
+    await saver.adelete_thread("thread-1")
+    assert await store.fetch(ChatKey("user-1", "thread-1", "agent")) == []
+    assert await saver.aget_tuple(CONFIG) is None
