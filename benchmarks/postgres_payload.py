@@ -1,8 +1,14 @@
-"""PostgreSQL payload column: ``text`` vs ``jsonb``, fetch latency through asyncpg + the codec.
+"""PostgreSQL payload column (``text`` vs ``jsonb``) and the store's own read/write paths.
 
-Same rows (real messages from ``examples/data``, encoded by ``storage.codec``) in two tables
-that differ only in the record column's type; each fetch is the store's query plus decoding.
-Prints the median of many runs per case. Decides ``PostgresChatStorage``'s payload type.
+Part 1: the same rows (real messages from ``examples/data``, encoded by ``storage.codec``) in
+two tables that differ only in the record column's type; each fetch is the store's query plus
+decoding. Decides ``PostgresChatStorage``'s payload type.
+
+Part 2: ``PostgresChatStorage`` itself on a key of 1,000 messages: a save (one call of the
+server-side write function, which numbers the batch under the key's row lock) against the
+single ``INSERT`` of schema version 1 (a ``bigserial``, no lock, no summaries), and the reads
+a coherent summarizing layer makes: ``head`` and an empty ``fetch_since`` against
+``fetch(limit=1)``. Prints the median of many runs per case.
 
     python -m benchmarks.postgres_payload [DSN]
 
@@ -16,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -120,15 +127,93 @@ async def main(dsn: str) -> None:
         await conn.close()
 
 
+async def _median(call: Callable[[int], Awaitable[object]], runs: int) -> float:
+    samples = []
+    for n in range(runs + 20):
+        t0 = time.perf_counter()
+        await call(n)
+        if n >= 20:  # warm-up: pool connections, prepared statements
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+async def store_paths(dsn: str) -> None:
+    from storage.message import ChatKey
+    from storage.stores.postgres import PostgresChatStorage
+
+    pool = corpus()
+    key = ChatKey("bench", "s", "a")
+    async with PostgresChatStorage(dsn, schema="bench_paths") as store:
+        await store.delete(key)
+        for start in range(0, 1000, 100):
+            await store.save_messages(
+                key, [_fresh(pool[i % len(pool)]) for i in range(start, start + 100)]
+            )
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("DROP TABLE IF EXISTS bench_v1")
+            await conn.execute(
+                "CREATE TABLE bench_v1 (seq bigserial PRIMARY KEY, user_id text, session_id text, "
+                "agent_id text, message_id text, created_at timestamptz, record text)"
+            )
+            await conn.execute("CREATE INDEX ON bench_v1 (user_id, session_id, agent_id, seq)")
+            await conn.execute(
+                "CREATE UNIQUE INDEX ON bench_v1 (user_id, session_id, agent_id, message_id)"
+            )
+            v1_insert = (
+                "INSERT INTO bench_v1 (user_id, session_id, agent_id, message_id, created_at, "
+                "record) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING seq"
+            )
+
+            async def v1_save(n: int) -> None:
+                m = _fresh(pool[n % len(pool)])
+                await conn.fetchval(v1_insert, "bench", "s", "a", m.id, m.created_at, encode(m))
+
+            last = (await store.head(key)).last_seq
+            cases: list[tuple[str, Callable[[int], Awaitable[object]]]] = [
+                ("save 1 (v1 INSERT)", v1_save),
+                ("save 1", lambda n: store.save(key, _fresh(pool[n % len(pool)]))),
+                (
+                    "save batch of 4",
+                    lambda n: store.save_messages(
+                        key, [_fresh(pool[(n + i) % len(pool)]) for i in range(4)]
+                    ),
+                ),
+                ("fetch(limit=1)", lambda n: store.fetch(key, limit=1)),
+                ("head", lambda n: store.head(key)),
+                ("fetch_since(last)", lambda n: store.fetch_since(key, last + 10**9)),
+            ]
+            print(f"\n{'store path (1,000+ messages)':<30}{'median':>10}")
+            for label, call in cases:
+                median = await _median(call, 400)
+                print(f"{label:<30}{median * 1e6:>8.0f}µs")
+            await conn.execute("DROP TABLE bench_v1")
+        finally:
+            await conn.close()
+        await store.delete(key)
+
+
+def _fresh(m: ChatMessage) -> ChatMessage:
+    """A copy with a new id and a timestamp (a new message to store)."""
+    return ChatMessage(
+        m.role, m.content, m.tool_calls, m.tool_call_id, m.name, created_at=datetime.now(UTC)
+    )
+
+
+async def run(dsn: str) -> None:
+    await main(dsn)
+    await store_paths(dsn)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        asyncio.run(main(sys.argv[1]))
+        asyncio.run(run(sys.argv[1]))
     else:
         from tests.servers import PostgresServer
 
         server = PostgresServer()
         try:
             server.start()
-            asyncio.run(main(server.dsn))
+            asyncio.run(run(server.dsn))
         finally:
             server.cleanup()

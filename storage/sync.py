@@ -58,7 +58,7 @@ def _close_at_exit(facade: SyncChatStorage) -> None:
             alive.close()
 
     with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
-        threading._register_atexit(close)
+        threading._register_atexit(close)  # type: ignore[attr-defined]
 
 
 class SyncChatStorage:

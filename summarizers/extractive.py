@@ -1,8 +1,24 @@
-"""``ExtractiveSummarizer``: the default summarizer, offline, deterministic, no model call."""
+"""``ExtractiveSummarizer``: the default summarizer, offline, deterministic, no model call.
+
+What an agent needs to carry on after its history is cut, kept line by line:
+
+- ``- user: …`` every user request or question, the request itself (a greeting or an
+  introduction before it is skipped: "Hi! I'm <EMAIL_ADDRESS_…>. What's the weather in
+  Paris?" keeps the question);
+- ``- tool: name(args) -> outcome`` each tool used, with the first words of its result;
+- ``- assistant: …`` the assistant's final answer of each turn (first sentence);
+- ``- facts: …`` what each PII placeholder in the summarized part stands for
+  (``email address <EMAIL_ADDRESS_3f9a2c1d>``): the value stays a placeholder, the fact that
+  the user gave one is kept.
+
+When the body exceeds ``max_chars``, tool lines go first, then assistant lines, oldest first;
+user requests and facts go last (an ``earlier turns omitted`` line says something was cut).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import attrs
@@ -17,31 +33,79 @@ from summarizers.render import (
     first_sentence,
     plan_summary,
     short_arguments,
+    shorten,
 )
 
-__all__ = ["SUMMARY_ROLES", "ExtractiveSummarizer"]
+__all__ = ["SUMMARY_ROLES", "ExtractiveSummarizer", "request_text"]
 
 SUMMARY_ROLES: Final = frozenset({"system", "user", "assistant"})
 OMITTED: Final = "- … (earlier turns omitted)"
-_MAX_CALLS_SHOWN: Final = 4
+FACTS: Final = "- facts: "
 _ARGS_CHARS: Final = 60
+_OUTCOME_CHARS: Final = 80
+_MIN_REQUEST_CHARS: Final = 40
+
+# The scrubber's placeholder shape (storage.pii.placeholders.PLACEHOLDER_RE); not imported so
+# the default summarizer does not load the PII package.
+_PLACEHOLDER: Final = re.compile(r"<([A-Z][A-Z0-9_]{0,63})_[0-9a-f]{8}>")
+# A sentence ends at . ! or ? followed by white space (so "parser.py" is one word), or a line.
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
+_GREETING: Final = re.compile(
+    r"^\W*(hi|hello|hey|hiya|howdy|greetings|good (morning|afternoon|evening|day)|"
+    r"thanks?( you)?( so much| very much)?|thank you|ok(ay)?|sure|great|perfect|yes|no)\b"
+    r"[\s,!.\w]{0,20}$",
+    re.IGNORECASE,
+)
+_INTRODUCTION: Final = re.compile(
+    r"^\W*(i'?m|i am|my name is|this is|my (user ?id|email|e-mail|phone|number|id)( is)?|"
+    r"here is my|you can reach me)\b",
+    re.IGNORECASE,
+)
+_REQUEST: Final = re.compile(
+    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need|wish)\b|"
+    r"\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|are|do|does|"
+    r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
+    re.IGNORECASE,
+)
+# Priority of a body line when the budget forces cuts: lower goes first.
+_TOOL, _ASSISTANT, _USER = 0, 1, 2
+
+
+def request_text(text: str, limit: int) -> str:
+    """The request in a user message: its questions and requests, not its greeting or the
+    introduction before it, whitespace collapsed, at most ``limit`` characters.
+
+    Falls back to the first sentence that is neither a greeting nor an introduction, then to
+    the opening sentences (:func:`summarizers.render.first_sentence`).
+    """
+    sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    if not sentences:
+        return ""
+    plain = [s for s in sentences if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
+    picked = [s for s in plain if s.endswith("?") or _REQUEST.search(s)]
+    if not picked:
+        if not plain:
+            return first_sentence(text, limit)
+        # No explicit request: the opening sentences after the greeting, like first_sentence.
+        for sentence in plain:
+            if picked and len(" ".join(picked)) >= _MIN_REQUEST_CHARS:
+                break
+            picked.append(sentence)
+    return shorten(" ".join(picked), limit)
 
 
 @attrs.frozen(kw_only=True)
 class ExtractiveSummarizer:
-    """Summarize by extraction: one line per summarized turn, no model, no network.
+    """Summarize by extraction: requests, tool outcomes, answers and facts; no model.
 
-    Each turn (a user message and what followed it) becomes one line: the user's request
-    (first sentence), the tools called (names and shortened arguments, at most four per turn)
-    and the assistant's final answer (first sentence). The prior summary's lines come first;
-    when the body exceeds ``max_chars`` the oldest lines are dropped (an ``earlier turns
-    omitted`` line says so). The output depends only on the input (the summary message's
-    ``id`` is the only random part). The conversation's leading system prompt is kept
-    verbatim ahead of the body and not counted in ``max_chars``.
+    The output depends only on the input (the summary message's ``id`` included). The
+    conversation's leading system prompt is kept verbatim ahead of the body and not counted in
+    ``max_chars``; the prior summary's lines come first.
 
     Args:
         max_chars: bound on the summary body in characters (>= 100); default 2000.
-        sentence_chars: bound on each extracted sentence in characters (>= 10); default 160.
+        sentence_chars: bound on each extracted request or answer in characters (>= 10);
+            default 160.
         summary_role: role of the summary message: ``"system"`` (default), ``"user"`` or
             ``"assistant"``.
 
@@ -82,51 +146,90 @@ class ExtractiveSummarizer:
         return f"ExtractiveSummarizer(max_chars={self.max_chars})"
 
     def summary_body(self, plan: SummaryPlan) -> str:
-        """The new summary body: prior lines, then one line per summarized turn, bounded."""
+        """The new summary body: prior lines, then the lines of the summarized turns, then the
+        facts line, bounded by ``max_chars``."""
         prior = [line for line in plan.prior_text.splitlines() if line.strip()]
         omitted = OMITTED in prior
-        lines = [line for line in prior if line != OMITTED]
+        facts = _merge_facts([line for line in prior if line.startswith(FACTS)], plan.to_summarize)
+        lines = [
+            (_priority(line), line)
+            for line in prior
+            if line != OMITTED and not line.startswith(FACTS)
+        ]
         prefix, turns = split_turns(plan.to_summarize)
         for segment in ([prefix] if prefix else []) + turns:
-            line = self.turn_line(segment)
-            if line:
-                lines.append(line)
-        return self._bound(lines, omitted)
+            lines.extend(self.turn_lines(segment))
+        return self._bound(lines, facts, omitted)
 
-    def turn_line(self, turn: Sequence[ChatMessage]) -> str:
-        """One line for a turn: ``- user: … | tools: name(k=v) | assistant: …`` ("" if empty)."""
+    def turn_lines(self, turn: Sequence[ChatMessage]) -> list[tuple[int, str]]:
+        """The prioritised lines of one turn: its request, each tool with its outcome, the
+        final answer."""
         limit = self.sentence_chars
-        parts: list[str] = []
+        out: list[tuple[int, str]] = []
         if turn and turn[0].role == "user":
-            parts.append(f"user: {first_sentence(content_text(turn[0]), limit) or '(no content)'}")
-        calls = [call for m in turn if m.role == "assistant" for call in m.tool_calls]
-        if calls:
-            shown = [
-                f"{c.name}({short_arguments(c, _ARGS_CHARS)})" for c in calls[:_MAX_CALLS_SHOWN]
-            ]
-            more = len(calls) - _MAX_CALLS_SHOWN
-            parts.append("tools: " + "; ".join(shown) + (f"; +{more} more" if more > 0 else ""))
+            request = request_text(content_text(turn[0]), limit) or "(no content)"
+            out.append((_USER, f"- user: {request}"))
+        results = {m.tool_call_id: m for m in turn if m.role == "tool"}
+        for message in turn:
+            for call in message.tool_calls:
+                result = results.get(call.id)
+                outcome = (
+                    shorten(content_text(result), _OUTCOME_CHARS) if result is not None else ""
+                )
+                line = f"- tool: {call.name}({short_arguments(call, _ARGS_CHARS)})"
+                out.append((_TOOL, f"{line} -> {outcome or '(no result)'}"))
         for message in reversed(turn):
             if message.role == "assistant":
                 answer = first_sentence(content_text(message), limit)
                 if answer:
-                    parts.append(f"assistant: {answer}")
+                    out.append((_ASSISTANT, f"- assistant: {answer}"))
                     break
-        return "- " + " | ".join(parts) if parts else ""
+        return out
 
-    def _bound(self, lines: list[str], omitted: bool) -> str:
-        # Drop the oldest lines until the body (with the omitted marker) fits max_chars.
+    def _bound(self, lines: list[tuple[int, str]], facts: list[str], omitted: bool) -> str:
+        # Cut the lowest-priority lines, oldest first, until the body fits max_chars.
         marker = len(OMITTED) + 1
-        total = sum(len(line) + 1 for line in lines) - 1 + (marker if omitted else 0)
-        start = 0
-        while total > self.max_chars and len(lines) - start > 1:
-            total -= len(lines[start]) + 1
-            if not omitted:
-                omitted = True
-                total += marker
-            start += 1
-        kept = lines[start:]
-        if total > self.max_chars and kept:
-            room = self.max_chars - (marker if omitted else 0)
-            kept[-1] = kept[-1][: room - 1].rstrip() + "…"
-        return "\n".join(([OMITTED] if omitted else []) + kept)
+        size = sum(len(line) + 1 for line in facts)
+        total = sum(len(line) + 1 for _, line in lines) + size - 1 + (marker if omitted else 0)
+        dropped: set[int] = set()
+        for level in (_TOOL, _ASSISTANT, _USER):
+            for index, (priority, line) in enumerate(lines):
+                if total <= self.max_chars:
+                    break
+                if priority != level or len(lines) - len(dropped) <= 1:
+                    continue
+                dropped.add(index)
+                total -= len(line) + 1
+                if not omitted:
+                    omitted = True
+                    total += marker
+        kept = [line for index, (_, line) in enumerate(lines) if index not in dropped] + facts
+        body = "\n".join(([OMITTED] if omitted else []) + kept)
+        if len(body) > self.max_chars:
+            body = body[: self.max_chars - 1].rstrip() + "…"
+        return body
+
+
+def _priority(line: str) -> int:
+    if line.startswith("- user:"):
+        return _USER
+    if line.startswith("- assistant:"):
+        return _ASSISTANT
+    return _TOOL
+
+
+def _merge_facts(prior: list[str], messages: Iterable[ChatMessage]) -> list[str]:
+    """One ``- facts:`` line: the prior facts, then each new placeholder by first appearance."""
+    entries: list[str] = []
+    for line in prior:
+        entries.extend(e for e in line.removeprefix(FACTS).split("; ") if e)
+    seen = {entry.rsplit(" ", 1)[-1] for entry in entries}
+    for message in messages:
+        text = content_text(message) + "".join(c.arguments for c in message.tool_calls)
+        for match in _PLACEHOLDER.finditer(text):
+            if match.group(0) not in seen:
+                seen.add(match.group(0))
+                label = match.group(1).lower().replace("_", " ")
+                who = "the user's" if message.role == "user" else "a"
+                entries.append(f"{who} {label} {match.group(0)}")
+    return [FACTS + "; ".join(entries)] if entries else []

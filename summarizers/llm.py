@@ -31,16 +31,25 @@ from summarizers.extractive import SUMMARY_ROLES
 from summarizers.render import SummaryPlan, build_result, plan_summary, render_message
 from summarizers.tokens import encoding_for_model
 
-__all__ = ["DEFAULT_INSTRUCTIONS", "LiteLLMSummarizer", "fit_to_budget"]
+__all__ = ["DEFAULT_INSTRUCTIONS", "SUMMARY_SECTIONS", "LiteLLMSummarizer", "fit_to_budget"]
 
-DEFAULT_INSTRUCTIONS: Final = (
-    "You condense the history of a conversation between a user and an AI assistant that "
-    "uses tools, so the assistant can continue it without the full history. Write a concise "
-    "plain-text summary. Keep: the user's goals and requests; decisions, confirmations and "
-    "refusals; facts learned from tool results (ids, numbers, dates, names, exactly as "
-    "written); actions taken and their outcomes; anything still open. If a summary so far is "
-    "given, merge it with the new messages into one updated summary. Output only the summary."
-)
+DEFAULT_INSTRUCTIONS: Final = """\
+You compress the transcript of an AI agent's work (a user, an assistant, and the tools the \
+assistant called) so the agent can continue without the full transcript. Write plain text \
+under these headings, leaving out a heading with nothing under it:
+
+Requests: every request or question of the user, in the user's own terms, oldest first; \
+skip greetings and small talk.
+Decisions: what was decided, confirmed, refused or promised, and by whom.
+Tool results: each tool used and what it returned or changed, one line each; copy ids, \
+codes, numbers, dates, amounts and names exactly as written.
+Open items: what is still pending, unanswered or waiting for the user.
+
+Placeholders such as <EMAIL_ADDRESS_3f9a2c1d> stand for personal data: copy them exactly, \
+never guess what they hide. If a summary so far is given, merge it with the new messages \
+into one updated summary. Output only the summary."""
+# The headings the instructions ask for, in order (tests check the prompt keeps them).
+SUMMARY_SECTIONS: Final = ("Requests:", "Decisions:", "Tool results:", "Open items:")
 _PRIOR_HEADING: Final = "Summary so far:"
 _NEW_HEADING: Final = "New messages:"
 _MIN_CAP: Final = 16  # tokens every message keeps, whatever the budget

@@ -16,11 +16,14 @@ the file and download it again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -30,7 +33,15 @@ from storage.message import ChatMessage
 if TYPE_CHECKING:
     import tiktoken
 
-__all__ = ["DEFAULT_ENCODING", "count_tokens", "encoding_for_model", "get_encoding"]
+__all__ = [
+    "DEFAULT_ENCODING",
+    "TokenCounter",
+    "context_window",
+    "count_tokens",
+    "encoding_for_model",
+    "get_encoding",
+    "message_tokens",
+]
 
 DEFAULT_ENCODING: Final = "o200k_base"
 """Used for models tiktoken does not know (other providers): an approximation."""
@@ -98,25 +109,111 @@ def count_tokens(messages: Iterable[ChatMessage], model: str = "gpt-4o") -> int:
         ConfigError: the encoding's file is not available offline (see the module docstring).
     """
     encode = encoding_for_model(model).encode_ordinary
-    total = 0
-    for message in messages:
-        total += _TOKENS_PER_MESSAGE + len(encode(message.role))
-        content = message.content
-        if isinstance(content, str):
-            total += len(encode(content))
-        elif content:
-            for part in content:
-                if isinstance(part, Mapping):
-                    text = part.get("text")
-                    if isinstance(text, str):
-                        total += len(encode(text))
-        for call in message.tool_calls:
-            total += len(encode(call.name)) + len(encode(call.arguments))
-        if message.tool_call_id:
-            total += len(encode(message.tool_call_id))
-        if message.name:
-            total += _TOKENS_PER_NAME + len(encode(message.name))
+    total = sum(_message_tokens(message, encode) for message in messages)
     return total + _REPLY_PRIMER if total else 0
+
+
+def message_tokens(message: ChatMessage, model: str = "gpt-4o") -> int:
+    """Tokens one message adds to a request (``count_tokens`` without the reply primer), so
+    ``count_tokens(ms) == sum(message_tokens(m) for m in ms) + 3`` for a non-empty list.
+
+    Raises:
+        ConfigError: the encoding's file is not available offline.
+    """
+    return _message_tokens(message, encoding_for_model(model).encode_ordinary)
+
+
+def _message_tokens(message: ChatMessage, encode: Callable[[str], list[int]]) -> int:
+    total = _TOKENS_PER_MESSAGE + len(encode(message.role))
+    content = message.content
+    if isinstance(content, str):
+        total += len(encode(content))
+    elif content:
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    total += len(encode(text))
+    for call in message.tool_calls:
+        total += len(encode(call.name)) + len(encode(call.arguments))
+    if message.tool_call_id:
+        total += len(encode(message.tool_call_id))
+    if message.name:
+        total += _TOKENS_PER_NAME + len(encode(message.name))
+    return total
+
+
+class TokenCounter:
+    """Per-message token counts for one model, remembered by message id, so a layer that
+    keeps a running total never recounts a message it has seen (messages are immutable and
+    ids unique per key).
+
+    Args:
+        model: as for :func:`count_tokens`.
+        max_entries: counts remembered (least recently added forgotten first); default 100,000.
+
+    Raises:
+        ConfigError: on construction, the encoding's file is not available offline.
+    """
+
+    def __init__(self, model: str = "gpt-4o", *, max_entries: int = 100_000) -> None:
+        self.model = model
+        self._encode = encoding_for_model(model).encode_ordinary
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._max = max_entries
+
+    def count(self, message: ChatMessage) -> int:
+        """Tokens of ``message`` (:func:`message_tokens`), from memory after the first call."""
+        found = self._counts.get(message.id)
+        if found is None:
+            found = self._counts[message.id] = _message_tokens(message, self._encode)
+            if len(self._counts) > self._max:
+                self._counts.popitem(last=False)
+        return found
+
+    def total(self, messages: Iterable[ChatMessage]) -> int:
+        """``count_tokens(messages)`` from remembered per-message counts."""
+        total = sum(self.count(m) for m in messages)
+        return total + _REPLY_PRIMER if total else 0
+
+
+def context_window(model: str) -> int:
+    """The context window of ``model`` in tokens (``max_input_tokens``), from the model data
+    litellm ships in its package (``model_prices_and_context_window_backup.json``), read
+    without importing litellm and without network.
+
+    Raises:
+        ConfigError: litellm is not installed, or it knows no context window for ``model``.
+    """
+    windows = _context_windows()
+    for name in (model, model.rsplit("/", 1)[-1]):
+        found = windows.get(name)
+        if found:
+            return found
+    raise ConfigError(
+        f"no context window known for model {model!r} in litellm's bundled model data; "
+        "give trigger_tokens instead of trigger_fraction"
+    )
+
+
+@functools.cache
+def _context_windows() -> dict[str, int]:
+    spec = importlib.util.find_spec("litellm")
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
+        raise ConfigError(f"model context windows need litellm's model data: {_INSTALL_HINT}")
+    path = Path(next(iter(locations))) / "model_prices_and_context_window_backup.json"
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read litellm's model data {str(path)!r}: {exc}") from exc
+    out: dict[str, int] = {}
+    for name, info in data.items():
+        if isinstance(info, dict):
+            window = info.get("max_input_tokens") or info.get("max_tokens")
+            if isinstance(window, int) and window > 0:
+                out[name] = window
+    return out
 
 
 def encoding_for_model(model: str) -> tiktoken.Encoding:

@@ -46,6 +46,8 @@ KEY = ChatKey("user-1", "session-1", "assistant")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # pydantic-ai runs on asyncio only
+
+
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
@@ -213,7 +215,11 @@ async def test_messages_written_by_other_code_load_in_default_shapes() -> None:
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {"id": "k", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        {
+                            "id": "k",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
                     ],
                 }
             ),

@@ -96,9 +96,9 @@ def test_replay_tau_bench_table(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert lines["conversations"] == "50"
     assert lines["messages stored"] == "1,384"
     assert lines["messages already stored"] == "0"
-    assert int(lines["PII found"]) > 0
-    assert int(lines["EMAIL_ADDRESS"]) > 0
-    assert int(lines["summaries made"]) > 0
+    assert int(lines["PII found"].replace(",", "")) > 0
+    assert int(lines["EMAIL_ADDRESS"].replace(",", "")) > 0
+    assert int(lines["summaries made"].replace(",", "")) > 0
     assert lines["raw history (messages)"] == "1,384"
     assert int(lines["model view (messages)"].replace(",", "")) < 1384
     raw_tokens = int(lines["raw history (tokens, gpt-4o)"].replace(",", ""))

@@ -5,6 +5,7 @@ writes to the new sidecars (checkpoints, leases, records, rewrites)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -69,7 +70,7 @@ anyio.run(main, backend="trio" if proc % 2 else "asyncio")
 
 
 async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_path: Path) -> None:
-    root, go, turns = tmp_path / "store", tmp_path / "go", 150
+    root, go, turns = tmp_path / "store", tmp_path / "go", 300
     procs = [spawn(TURNS_WORKER, root, p, turns, go, tmp_path / f"log{p}") for p in range(2)]
     store = JsonlChatStorage(root)
     tailed: list[tuple[int, str]] = []
@@ -97,7 +98,7 @@ async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_pa
     order = [fetched[at].rsplit("-", 1)[0] for at in range(0, len(fetched), 4)]
     for p in range(2):
         assert [n for n in order if n.startswith(f"p{p}-")] == [f"p{p}-t{t}" for t in range(turns)]
-    switches = sum(a[:2] != b[:2] for a, b in zip(order, order[1:], strict=False))
+    switches = sum(a[:2] != b[:2] for a, b in itertools.pairwise(order))
     assert switches > 1  # the two really wrote at the same time
     # commit order: a turn whose save returned before another's began comes first
     logs = [json.loads((tmp_path / f"log{p}").read_text()) for p in range(2)]
@@ -127,6 +128,7 @@ root, proc, go, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 async def main():
     store = JsonlChatStorage(root)
     key = ChatKey("u", "s", "a")
+    open(out + ".ready", "w").close()
     while not os.path.exists(go):
         await anyio.sleep(0.001)
     leased = await store.acquire_lease(key, f"worker-{proc}", 3600)
@@ -147,8 +149,9 @@ async def test_one_lease_and_one_checkpoint_win_across_processes(tmp_path: Path)
     root, go = tmp_path / "store", tmp_path / "go"
     async with JsonlChatStorage(root) as store:
         await store.save_messages(KEY, [ChatMessage("user", f"m{i}") for i in range(10)])
-    procs = [spawn(RACE_WORKER, root, p, go, tmp_path / f"out{p}") for p in range(4)]
-    start_together(procs, go)
+    outs = [tmp_path / f"out{p}" for p in range(4)]
+    procs = [spawn(RACE_WORKER, root, p, go, out) for p, out in enumerate(outs)]
+    start_together(procs, go, outs)
     results = [(tmp_path / f"out{p}").read_text().split() for p in range(4)]
     assert sorted(int(leased) for leased, _ in results) == [0, 0, 0, 1]
     versions = [int(version) for _, version in results]
@@ -208,8 +211,11 @@ anyio.run(main)
 """
 
 
-def start_together(procs: list[subprocess.Popen[bytes]], go: Path) -> None:
-    time.sleep(0.3)  # let them start, to contend (not a pass/fail timing)
+def start_together(procs: list[subprocess.Popen[bytes]], go: Path, outs: list[Path]) -> None:
+    """Touch ``go`` once every worker is ready (``<out>.ready``), so they contend."""
+    while not all(Path(f"{out}.ready").exists() for out in outs):
+        assert all(p.poll() is None for p in procs)
+        time.sleep(0.01)  # waiting, not a pass/fail timing
     go.touch()
     for p in procs:
         assert p.wait(timeout=120) == 0

@@ -122,7 +122,10 @@ def test_agent_squad_tool_result_json_block_values_scrubbed_keys_kept(
     [
         (f"{EMAIL}{PHONE}", r"<EMAIL_ADDRESS_[0-9a-f]{8}><PHONE_NUMBER_[0-9a-f]{8}>"),
         ("call me at+14155550147", r"call me at<PHONE_NUMBER_[0-9a-f]{8}>"),
-        (f"write:{EMAIL}+14155550147!", r"write:<EMAIL_ADDRESS_[0-9a-f]{8}><PHONE_NUMBER_[0-9a-f]{8}>!"),
+        (
+            f"write:{EMAIL}+14155550147!",
+            r"write:<EMAIL_ADDRESS_[0-9a-f]{8}><PHONE_NUMBER_[0-9a-f]{8}>!",
+        ),
         ("tel:+44 20 7946 0958;", r"tel:<PHONE_NUMBER_[0-9a-f]{8}>;"),
     ],
 )

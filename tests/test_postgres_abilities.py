@@ -74,7 +74,11 @@ def summary(text: str = "summary") -> ChatMessage:
 
 def checkpoint(head: Head, covers_to: int | None = None) -> SummaryCheckpoint:
     return SummaryCheckpoint(
-        (summary(),), covers_to or head.last_seq, head.epoch, "manual", datetime.now(UTC)
+        (summary(),),  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        covers_to or head.last_seq,
+        head.epoch,
+        "manual",
+        datetime.now(UTC),
     )
 
 
@@ -108,9 +112,13 @@ async def test_head_and_fetch_since(store: PostgresChatStorage) -> None:
     assert (empty.head, empty.seqs, empty.messages) == (Head(0, "", 0), (), ())
     first = await store.save_messages(KEY, [ChatMessage("user", f"m{n}") for n in range(3)])
     head = await store.head(KEY)
-    assert head.last_seq == 3 and head.epoch and head.version == f"{head.epoch}.3"
+    assert head.last_seq == 3
+    assert head.epoch
+    assert head.version == f"{head.epoch}.3"
     tail = await store.fetch_since(KEY, 1)
-    assert tail.head == head and tail.seqs == (2, 3) and list(tail.messages) == first[1:]
+    assert tail.head == head
+    assert tail.seqs == (2, 3)
+    assert list(tail.messages) == first[1:]
     assert (await store.fetch_since(KEY, 3)).messages == ()
     for bad in (-1, 1.5, True, "1"):
         with pytest.raises(InvalidArgumentError):
@@ -149,24 +157,41 @@ async def test_checkpoint_compare_and_set(store: PostgresChatStorage) -> None:
     head = await store.head(KEY)
     assert await store.load_checkpoint(KEY) is None
     one = await store.save_checkpoint(KEY, checkpoint(head, 3), expected_version=0)
-    assert one is not None and one.version == 1 and one.covers_to == 3
+    assert one is not None
+    assert one.version == 1
+    assert one.covers_to == 3
     assert await store.load_checkpoint(KEY) == one
     assert await store.save_checkpoint(KEY, checkpoint(head), expected_version=0) is None
     two = await store.save_checkpoint(KEY, checkpoint(head), expected_version=1)
-    assert two is not None and two.version == 2
+    assert two is not None
+    assert two.version == 2
     assert (await store.head(KEY)).checkpoint_version == 2
     # Another epoch, or a position the record does not hold: nothing written.
-    stale = SummaryCheckpoint((summary(),), 4, "other-epoch", "manual", datetime.now(UTC))
+    stale = SummaryCheckpoint(
+        (summary(),),  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        4,
+        "other-epoch",
+        "manual",
+        datetime.now(UTC),
+    )
     assert await store.save_checkpoint(KEY, stale, expected_version=2) is None
     assert await store.save_checkpoint(KEY, checkpoint(head, 99), expected_version=2) is None
     record = await store.save_record(KEY, ConversationRecord("status", {}))
-    assert await store.save_checkpoint(KEY, checkpoint(head, record.seq), expected_version=2) is None
+    assert (
+        await store.save_checkpoint(KEY, checkpoint(head, record.seq), expected_version=2) is None
+    )
     assert await store.load_checkpoint(KEY) == two
     # Stored apart from the messages.
     assert await store.fetch(KEY) == saved
     assert [c.message for c in await store.fetch_all_chats("ana", "trip")] == saved
+    bad = SummaryCheckpoint(
+        (ChatMessage("system", "x"),),  # type: ignore[arg-type]  # converter=tuple
+        4,
+        head.epoch,
+        "m",
+        T0,
+    )
     with pytest.raises(InvalidMessageError, match="summary"):
-        bad = SummaryCheckpoint((ChatMessage("system", "x"),), 4, head.epoch, "m", T0)
         await store.save_checkpoint(KEY, bad, expected_version=2)
     with pytest.raises(InvalidArgumentError):
         await store.save_checkpoint(KEY, checkpoint(head), expected_version=-1)
@@ -269,10 +294,12 @@ async def test_replace_starts_a_new_epoch_and_drops_the_checkpoint(
     assert await store.save_checkpoint(KEY, checkpoint(head), expected_version=0)
     new = [ChatMessage("system", "be brief", created_at=T0), ChatMessage("user", "only this")]
     stored = await store.replace(KEY, new)
-    assert [m.id for m in stored] == [m.id for m in new] and stored[0] == new[0]
+    assert [m.id for m in stored] == [m.id for m in new]
+    assert stored[0] == new[0]
     new = stored
     after = await store.head(KEY)
-    assert after.epoch != head.epoch and after.checkpoint_version == 0
+    assert after.epoch != head.epoch
+    assert after.checkpoint_version == 0
     assert after.last_seq > record.seq  # numbers keep growing: records stay ordered
     assert await store.fetch(KEY) == new
     assert await store.load_checkpoint(KEY) is None
@@ -296,7 +323,8 @@ async def test_invalid_replace_changes_nothing(store: PostgresChatStorage) -> No
     ):
         with pytest.raises(InvalidMessageError):
             await store.replace(KEY, bad)
-    assert await store.fetch(KEY) == saved and await store.head(KEY) == head
+    assert await store.fetch(KEY) == saved
+    assert await store.head(KEY) == head
 
 
 @pytest.mark.anyio
@@ -313,7 +341,8 @@ async def test_save_messages_if_detects_a_stale_writer(postgres_dsn: str, schema
         async def attempt(store: PostgresChatStorage, n: int) -> None:
             try:
                 await store.save_messages_if(
-                    KEY, [ChatMessage("user", f"w{n}"), ChatMessage("assistant", f"r{n}")],
+                    KEY,
+                    [ChatMessage("user", f"w{n}"), ChatMessage("assistant", f"r{n}")],
                     expected_version=version,
                 )
                 results.append("won")
@@ -344,7 +373,9 @@ async def _sessions_of(store: object, user: str, limit: int) -> list[tuple[objec
     while True:
         page = await store.list_sessions(user, limit=limit, cursor=cursor)  # type: ignore[attr-defined]
         assert len(page.sessions) <= limit
-        out += [(i.session_id, i.agents, i.message_count, i.first_at, i.last_at) for i in page.sessions]
+        out += [
+            (i.session_id, i.agents, i.message_count, i.first_at, i.last_at) for i in page.sessions
+        ]
         cursor = page.next_cursor
         if cursor is None:
             return out
@@ -366,7 +397,9 @@ async def test_list_sessions_pages_match_the_reference(store: PostgresChatStorag
             await reference.save_messages(ChatKey("ana", session, agent), batch)
     await store.save(ChatKey("bo", "other", "a"), ChatMessage("user", "not ana's"))
     for limit in (1, 4, 50):
-        assert await _sessions_of(store, "ana", limit) == await _sessions_of(reference, "ana", limit)
+        assert await _sessions_of(store, "ana", limit) == await _sessions_of(
+            reference, "ana", limit
+        )
     assert len(await _sessions_of(store, "ana", 4)) == 23
     await store.delete(ChatKey("ana", "s00", "b"))
     await reference.delete(ChatKey("ana", "s00", "b"))
@@ -471,7 +504,7 @@ async def test_search_is_user_scoped_ranked_and_accent_insensitive(
 @given(query=st.text(max_size=30))
 async def test_search_input_never_raises_a_server_error(postgres_dsn: str, query: str) -> None:
     async with PostgresChatStorage(postgres_dsn, schema="search_fuzz") as s:
-        await s.save(KEY, ChatMessage("user", "or and not \" - ( ) : * & | ! <-> refund"))
+        await s.save(KEY, ChatMessage("user", 'or and not " - ( ) : * & | ! <-> refund'))
         try:
             hits = await s.search("ana", query)
         except InvalidArgumentError:
@@ -516,7 +549,8 @@ async def test_records_interleave_with_messages_and_never_reach_fetch(
     ui = await store.save_record(KEY, ConversationRecord("ui\x00state", {"tab": [1, 2]}))
     tail = await store.fetch_since(KEY, 0)
     assert tail.seqs[0] < stored.seq < tail.seqs[1] < ui.seq
-    assert stored.created_at is not None and stored.id == "r\x001"
+    assert stored.created_at is not None
+    assert stored.id == "r\x001"
     assert await store.fetch(KEY) == m1 + m2
     assert len(await store.fetch_all_chats("ana", "trip")) == 2
     assert await store.search("ana", "approved") == []
@@ -526,7 +560,8 @@ async def test_records_interleave_with_messages_and_never_reach_fetch(
     assert await store.fetch_records(KEY, kind="absent") == []
     # Idempotent by id: the stored record comes back, nothing new.
     again = await store.save_record(KEY, ConversationRecord("other", {}, id="r\x001"))
-    assert again == stored and len(await store.fetch_records(KEY)) == 2
+    assert again == stored
+    assert len(await store.fetch_records(KEY)) == 2
     with pytest.raises(InvalidArgumentError):
         await store.save_record(KEY, ConversationRecord("", {}))
     with pytest.raises(InvalidArgumentError):
@@ -544,7 +579,9 @@ async def _child_record(dsn: str, schema: str) -> None:
                 ChatMessage("assistant", None, (ToolCall("call-9", "delete_account", "{}"),)),
             ],
         )
-        record = ConversationRecord("tool_approval", {"tool_call_id": "call-9", "decision": "approved"})
+        record = ConversationRecord(
+            "tool_approval", {"tool_call_id": "call-9", "decision": "approved"}
+        )
         await s.save_record(KEY, record)
 
 
@@ -563,7 +600,8 @@ async def test_an_approval_stored_by_one_process_resumes_the_call_in_another(
             r.data["tool_call_id"]: r.data["decision"]
             for r in await s.fetch_records(KEY, kind="tool_approval")
         }
-        assert [c.id for c in pending] == ["call-9"] and decisions == {"call-9": "approved"}
+        assert [c.id for c in pending] == ["call-9"]
+        assert decisions == {"call-9": "approved"}
         for call in pending:
             if decisions.get(call.id) == "approved":
                 await s.save(KEY, ChatMessage("tool", "account deleted", tool_call_id=call.id))
@@ -587,7 +625,11 @@ async def test_purge_deletes_old_messages_their_checkpoints_and_changes_epochs(
         mixed, stale = KEY, ChatKey("ana", "old", "agent")
         await s.save(ChatKey("warmup", "s", "a"), ChatMessage("user", "first write purges"))
         await s.save_messages(
-            mixed, [ChatMessage("user", "old", created_at=old), ChatMessage("user", "new", created_at=new)]
+            mixed,
+            [
+                ChatMessage("user", "old", created_at=old),
+                ChatMessage("user", "new", created_at=new),
+            ],
         )
         await s.save(stale, ChatMessage("user", "old too", created_at=old))
         record = await s.save_record(stale, ConversationRecord("status", {"x": 1}))
@@ -598,7 +640,8 @@ async def test_purge_deletes_old_messages_their_checkpoints_and_changes_epochs(
         assert await s.purge() == 2
         assert [m.text for m in await s.fetch(mixed)] == ["new"]
         after = await s.head(mixed)
-        assert after.epoch != head.epoch and after.checkpoint_version == 0
+        assert after.epoch != head.epoch
+        assert after.checkpoint_version == 0
         assert await s.load_checkpoint(mixed) is None
         assert await s.head(stale) == Head(0, "", 0)
         assert await s.fetch_records(stale) == [record]  # records are not messages

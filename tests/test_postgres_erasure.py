@@ -4,7 +4,6 @@ and after ``vacuum()`` (``VACUUM FULL``) plus a checkpoint no data file does eit
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,7 +56,7 @@ async def _fill(store: PostgresChatStorage, key: ChatKey, secret: str) -> None:
     await store.save_record(key, ConversationRecord("note", {"who": secret}))
     head = await store.head(key)
     checkpoint = SummaryCheckpoint(
-        (ChatMessage("system", f"summary of {secret}", metadata=SUMMARY),),
+        (ChatMessage("system", f"summary of {secret}", metadata=SUMMARY),),  # type: ignore[arg-type]
         head.last_seq,
         head.epoch,
         "manual",

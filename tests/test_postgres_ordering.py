@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 import pytest
 
@@ -86,7 +87,7 @@ async def test_two_pools_saving_turns_at_the_same_moment_stay_contiguous(
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker, 0)
             tg.start_soon(worker, 1)
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             start.set()
     tail = await two_stores[0].fetch_since(KEY, 0)
     check_contiguous(tail.messages, tail.seqs, rounds * 2)
@@ -121,9 +122,9 @@ async def test_two_processes_saving_turns_stay_contiguous(postgres_dsn: str) -> 
     check_contiguous(tail.messages, tail.seqs, rounds * 2)
     # Each worker's turns in its own order.
     for worker in range(2):
-        rounds_seen = [
-            m.id.split("-")[1] for m in tail.messages if m.id.startswith(f"w{worker}-")
-        ][::TURN]
+        rounds_seen = [m.id.split("-")[1] for m in tail.messages if m.id.startswith(f"w{worker}-")][
+            ::TURN
+        ]
         assert rounds_seen == [f"r{n}" for n in range(rounds)]
 
 
@@ -166,13 +167,17 @@ async def test_numbers_follow_commit_order_so_a_tailing_reader_skips_nothing(
             # in pg_stat_activity), and a reader sees nothing new: no number above its
             # position can become visible before the late one.
             with anyio.fail_after(30):
-                while not await conn.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database()"
-                ):
-                    await anyio.sleep(0)
+                while True:
+                    waiting = await conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()"
+                    )
+                    if waiting:
+                        break
+                    await anyio.lowlevel.checkpoint()
             tail = await store.fetch_since(KEY, position)
-            assert tail.messages == () and not saved_meanwhile
+            assert tail.messages == ()
+            assert not saved_meanwhile
             await transaction.commit()
         tail = await store.fetch_since(KEY, position)
         assert [m.id for m in tail.messages] == ["late", "next"]
@@ -204,7 +209,7 @@ async def test_reader_tailing_while_two_pools_write_sees_every_message_once(
                 position = tail.seqs[-1]
             if done:
                 return
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)

@@ -68,7 +68,8 @@ async def test_schema_created_on_first_use_with_version_row(
         )
     }
     by_key = indexes["chatlayers_messages_by_key"]
-    assert "UNIQUE" in by_key and "(user_id, session_id, agent_id, key_seq)" in by_key
+    assert "UNIQUE" in by_key
+    assert "(user_id, session_id, agent_id, key_seq)" in by_key
     assert "UNIQUE" in indexes["chatlayers_messages_by_id"]
     assert "gin (search)" in indexes["chatlayers_messages_fts"]
     assert "(user_id, last_at DESC, session_id)" in indexes["chatlayers_messages_sessions_last"]
@@ -111,7 +112,11 @@ async def _make_v1(conn: asyncpg.Connection, schema: str) -> list[tuple[ChatKey,
         await conn.execute(statement.format(**template))
     await conn.execute(f'CREATE TABLE "{schema}".chatlayers_messages_version (version integer)')
     await conn.execute(f'INSERT INTO "{schema}".chatlayers_messages_version VALUES (1)')
-    keys = [ChatKey("ana", "trip", "agent"), ChatKey("ana", "trip", "other"), ChatKey("bo", "x", "y")]
+    keys = [
+        ChatKey("ana", "trip", "agent"),
+        ChatKey("ana", "trip", "other"),
+        ChatKey("bo", "x", "y"),
+    ]
     saved: list[tuple[ChatKey, ChatMessage]] = []
     for n in range(12):
         key = keys[n % 3]
@@ -146,7 +151,8 @@ async def test_version_1_database_migrates_with_its_data(
         ana = ChatKey("ana", "trip", "agent")
         head = await s.head(ana)
         old_last = head.last_seq
-        assert old_last == 10 and head.epoch  # v1's global numbers kept per key
+        assert old_last == 10
+        assert head.epoch
         # New saves continue after the old numbers, contiguous.
         await s.save_messages(ana, [ChatMessage("user", "new one"), ChatMessage("user", "two")])
         tail = await s.fetch_since(ana, old_last)
@@ -157,7 +163,8 @@ async def test_version_1_database_migrates_with_its_data(
             ("trip", ("agent", "other"), 10)
         ]
         hits = await s.search("ana", "refunds")
-        assert len(hits) == 7 and {h.key.user_id for h in hits} == {"ana"}
+        assert len(hits) == 7
+        assert {h.key.user_id for h in hits} == {"ana"}
         assert await s.list_keys() == sorted({k for k, _ in saved}, key=lambda k: k.agent_id)
     version = await conn.fetchval(f'SELECT version FROM "{schema}".chatlayers_messages_version')
     assert version == SCHEMA_VERSION

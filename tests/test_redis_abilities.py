@@ -34,7 +34,7 @@ from storage.errors import (
 )
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
-from storage.stores.redis import RedisChatStorage
+from storage.stores.redis import RedisChatStorage, scripts
 
 pytest_plugins = ["tests.servers"]
 pytestmark = pytest.mark.redis
@@ -85,11 +85,13 @@ class Calls:
 
     def __init__(self, store: RedisChatStorage, monkeypatch: pytest.MonkeyPatch) -> None:
         self.names: list[str] = []
+        self.args: list[tuple[Any, ...]] = []
         client = store._client
         original = client.execute_command
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             self.names.append(str(args[0]).upper())
+            self.args.append(args)
             return await original(*args, **kwargs)
 
         monkeypatch.setattr(client, "execute_command", counted)
@@ -176,7 +178,7 @@ async def test_reads_are_one_round_trip(
     assert calls.names == ["HMGET"]
     await store.fetch(key)
     await store.fetch(key, limit=3)
-    assert calls.names[1:] == ["LRANGE", "LRANGE"]
+    assert calls.names[1:] == ["EVALSHA", "EVALSHA"]
     await store.fetch_since(key, 10)
     assert calls.names[3:] == ["EVALSHA"]
 
@@ -415,11 +417,24 @@ async def test_session_index_reads_no_message(
     """Listing reads the index and each listed session's heads, never a message list."""
     await store.save_messages(ChatKey("u", "big", "a"), [msg(f"m{n}", n) for n in range(500)])
     await store.save(ChatKey("u", "small", "a"), msg("x", 1000))
+    await store.list_sessions("u", limit=1)  # scripts loaded, Cluster nodes known
     calls = Calls(store, monkeypatch)
+    ran: list[str] = []
+    eval_many = store._redis.eval_many
+
+    async def spied(script: Any, batch: Any) -> Any:
+        ran.extend([script.name] * len(batch))
+        return await eval_many(script, batch)
+
+    monkeypatch.setattr(store._redis, "eval_many", spied)
     page = await store.list_sessions("u", limit=1)
     assert [s.session_id for s in page.sessions] == ["small"]
+    assert "ZREVRANGEBYSCORE" in calls.names
     assert "LRANGE" not in calls.names
-    assert len(calls.names) <= 3
+    # The heads of the page's sessions and of the one after it (is there a next page?).
+    assert ran == ["session_info", "session_info"]
+    fetching = {scripts.FETCH.sha, scripts.FETCH_SESSION.sha, scripts.FETCH_SINCE.sha}
+    assert not {a[1] for a in calls.args if a[0] == "EVALSHA"} & fetching
 
 
 # --------------------------------------------------------------------------- search

@@ -50,7 +50,8 @@ async def fill(store: SQLiteChatStorage, key: ChatKey, tag: str, at: datetime = 
     )
     tail = await store.fetch_since(key, 0)
     marked = ChatMessage("system", f"summary {summ}", metadata={"chatlayers": {"summary": True}})
-    cp = SummaryCheckpoint((marked,), tail.seqs[-1], tail.head.epoch, "test", at)
+    messages = (marked,)  # attrs' mypy plugin types converter=tuple generically
+    cp = SummaryCheckpoint(messages, tail.seqs[-1], tail.head.epoch, "test", at)  # type: ignore[arg-type]
     assert await store.save_checkpoint(key, cp, expected_version=0) is not None
     await store.save_record(key, ConversationRecord("note", {"text": record}))
 
@@ -79,7 +80,7 @@ async def purge(store: SQLiteChatStorage, path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "erase, gone, kept",
+    ("erase", "gone", "kept"),
     [
         (lambda s, _: s.delete(ChatKey("ann", "s1", "a")), ["ann1"], ["ann2", "bob1"]),
         (lambda s, _: s.delete_user("ann"), ["ann1", "ann2"], ["bob1"]),

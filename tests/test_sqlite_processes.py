@@ -78,10 +78,23 @@ def anyio_backend() -> str:
 def start(tmp: Path, mode: str, count: int) -> tuple[list[subprocess.Popen[bytes]], Path]:
     go = tmp / "go"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def tail(p: int) -> list[str]:
+        return [str(tmp / f"out{p}.json"), str(TURNS)]
+
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tmp / "chats.db"), str(p), mode, str(go)]
-            + [str(tmp / f"out{p}.json"), str(TURNS)],
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                str(tmp / "chats.db"),
+                str(p),
+                mode,
+                str(go),
+                str(tmp / f"out{p}.json"),
+                str(TURNS),
+            ],
             cwd=REPO,
             env=env,
         )
@@ -137,7 +150,8 @@ async def test_one_lease_and_one_checkpoint_win_across_processes(tmp_path: Path)
         assert all(r["head"] == [head.last_seq, head.epoch] for r in outcome)
         winner = next(p for p, r in enumerate(outcome) if r["checkpoint"])
         loaded = await store.load_checkpoint(KEY)
-        assert isinstance(loaded, SummaryCheckpoint) and loaded.version == 1
+        assert isinstance(loaded, SummaryCheckpoint)
+        assert loaded.version == 1
         assert loaded.messages[0].content == f"by p{winner}"
         holder = next(p for p, r in enumerate(outcome) if r["lease"])
         assert not await store.acquire_lease(KEY, "parent", 10)

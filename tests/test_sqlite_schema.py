@@ -87,7 +87,8 @@ async def test_a_newer_database_is_refused_and_never_written(tmp_path: Path) -> 
         with pytest.raises(SchemaVersionError) as info:
             await attempt
         text = str(info.value)
-        assert f"version {SCHEMA_VERSION + 1}" in text and f"up to {SCHEMA_VERSION}" in text
+        assert f"version {SCHEMA_VERSION + 1}" in text
+        assert f"up to {SCHEMA_VERSION}" in text
         assert isinstance(info.value, StorageUnavailableError)
     await store.aclose()
     assert digest(path) == before
@@ -114,11 +115,13 @@ async def test_version_1_is_migrated_and_every_ability_works(tmp_path: Path) -> 
         hits = await store.search("ann", "parcels")
         assert {h.message.id for h in hits} == {m[0].id for m in written.values()}
         head = await store.head(KEYS[0])
-        assert head.epoch and head.last_seq == 2
+        assert head.epoch
+        assert head.last_seq == 2
         tail = await store.fetch_since(KEYS[0], 1)
         assert tail.messages == (written[KEYS[0]][1],)
         summary = ChatMessage("system", "s", metadata={"chatlayers": {"summary": True}})
-        cp = SummaryCheckpoint((summary,), head.last_seq, head.epoch, "t", T0)
+        summaries = (summary,)  # attrs' mypy plugin types converter=tuple generically
+        cp = SummaryCheckpoint(summaries, head.last_seq, head.epoch, "t", T0)  # type: ignore[arg-type]
         assert await store.save_checkpoint(KEYS[0], cp, expected_version=0) is not None
         record = await store.save_record(KEYS[0], ConversationRecord("status", {"ok": True}))
         assert record.seq > max([(await store.head(k)).last_seq for k in KEYS])

@@ -44,9 +44,11 @@ async def test_one_line_per_summarized_turn_and_kept_turns_verbatim() -> None:
     assert summary.role == "system"
     assert summary.text.startswith(SYSTEM + "\n\n")
     assert body(summary).splitlines() == [
-        "- user: Request A. More words here. | tools: get_user_details(user_id=uid_A) "
-        "| assistant: Answer A. Details follow.",
-        "- user: Question B? | assistant: Reply B.",
+        "- user: Request A. More words here.",
+        '- tool: get_user_details(user_id=uid_A) -> {"user": "A"}',
+        "- assistant: Answer A. Details follow.",
+        "- user: Question B?",
+        "- assistant: Reply B.",
     ]
     meta = summary.metadata["chatlayers"]
     assert meta["summary"] is True
@@ -60,7 +62,7 @@ async def test_second_round_keeps_prior_lines_and_adds_only_new_turns() -> None:
     summarize = ExtractiveSummarizer()
     first = await summarize(history(text_turn("A"), text_turn("B"), text_turn("C")), 1)
     second = await summarize([*first, *text_turn("D"), *text_turn("E")], 1)
-    assert [line.split(" | ")[0] for line in body(second[0]).splitlines()] == [
+    assert [line for line in body(second[0]).splitlines() if line.startswith("- user")] == [
         "- user: Question A?",
         "- user: Question B?",
         "- user: Question C?",
@@ -86,10 +88,11 @@ async def test_none_content_many_calls_and_bad_arguments_render_safely() -> None
     ]
     turn = [user(None), assistant(None, *calls), *(tool(c, None) for c in calls), assistant(None)]
     result = await ExtractiveSummarizer()(history(turn, text_turn("B"), system=None), 1)
-    assert body(result[0]) == (
-        "- user: (no content) | tools: search({broken); search(n=1); search(n=2); search(n=3); "
-        "+2 more"
-    )
+    assert body(result[0]).splitlines() == [
+        "- user: (no content)",
+        "- tool: search({broken) -> (no result)",
+        *(f"- tool: search(n={n}) -> (no result)" for n in range(1, 6)),
+    ]
 
 
 @pytest.mark.anyio
@@ -164,3 +167,80 @@ async def test_property_turns_verbatim_no_orphans_summary_first_deterministic(
     assert again == result  # deterministic, the summary's id included
     if expected_tail(buffer, keep_last) is not None:
         assert len(body(result[0])) <= max_chars
+
+
+# --- issue 13.6: what an agent needs to carry on -------------------------------------------
+
+SUPPORT_CHAT = [
+    user("Hi! I'm <EMAIL_ADDRESS_3f9a2c1d>, <PHONE_NUMBER_0123abcd>. What's the weather in Paris?"),
+    assistant(None, ToolCall("c1", "get_weather", '{"city": "Paris"}')),
+    ChatMessage("tool", "18 C and sunny", tool_call_id="c1", name="get_weather"),
+    assistant("It is 18 C and sunny in Paris. Anything else?"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "request_"),
+    [
+        (
+            "Hi! I'm <EMAIL_ADDRESS_3f9a2c1d>, <PHONE_NUMBER_0123abcd>. "
+            "What's the weather in Paris?",
+            "What's the weather in Paris?",
+        ),
+        ("Hello there. My name is Ana. Can you book a table for two?", "Can you book a table"),
+        ("Good morning! I need to cancel reservation ABC123.", "I need to cancel reservation"),
+        ("Thanks", "Thanks"),
+        ("The flight was late. It landed at 9.", "The flight was late. It landed at 9."),
+    ],
+)
+def test_request_text_keeps_the_request_not_the_greeting(text: str, request_: str) -> None:
+    from summarizers.extractive import request_text
+
+    assert request_text(text, 160).startswith(request_)
+
+
+@pytest.mark.anyio
+async def test_support_chat_keeps_question_tool_outcome_and_placeholder_facts() -> None:
+    buffer = [*SUPPORT_CHAT, *text_turn("B")]
+    result = await ExtractiveSummarizer()(buffer, 1)
+    lines = body(result[0]).splitlines()
+    assert lines == [
+        "- user: What's the weather in Paris?",
+        "- tool: get_weather(city=Paris) -> 18 C and sunny",
+        "- assistant: It is 18 C and sunny in Paris. Anything else?",
+        "- facts: the user's email address <EMAIL_ADDRESS_3f9a2c1d>; "
+        "the user's phone number <PHONE_NUMBER_0123abcd>",
+    ]
+    assert "I'm" not in result[0].text  # the introduction itself is not a request
+
+
+@pytest.mark.anyio
+async def test_facts_survive_later_rounds_once_each() -> None:
+    summarize = ExtractiveSummarizer()
+    first = await summarize([*SUPPORT_CHAT, *text_turn("B")], 1)
+    later = [
+        user("Also <EMAIL_ADDRESS_3f9a2c1d> again and <IBAN_CODE_89abcdef>. Which bank?"),
+        assistant("Noted."),
+    ]
+    second = await summarize([*first, *later, *text_turn("C")], 1)
+    facts = [line for line in body(second[0]).splitlines() if line.startswith("- facts:")]
+    assert len(facts) == 1
+    assert facts[0].count("<EMAIL_ADDRESS_3f9a2c1d>") == 1
+    assert "<IBAN_CODE_89abcdef>" in facts[0]
+    assert "- user: Which bank?" in body(second[0]).splitlines()
+
+
+@pytest.mark.anyio
+async def test_budget_cuts_tool_lines_before_requests() -> None:
+    calls = [ToolCall(f"c{i}", "run", json.dumps({"step": i})) for i in range(40)]
+    turn: list[ChatMessage] = [user("Please fix the failing test in parser.py?")]
+    for c in calls:
+        turn += [assistant(None, c), tool(c, "ok " + "y" * 50)]
+    turn.append(assistant("Fixed."))
+    result = await ExtractiveSummarizer(max_chars=400)(history(turn, text_turn("B")), 1)
+    text = body(result[0])
+    assert len(text) <= 400
+    assert "- user: Please fix the failing test in parser.py?" in text.splitlines()
+    assert OMITTED in text.splitlines()
+    assert "- tool: run(step=39)" in text  # the newest tool outcomes are the ones kept
+    assert "- tool: run(step=0)" not in text

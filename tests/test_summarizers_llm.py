@@ -344,3 +344,19 @@ def test_missing_litellm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     )
     with pytest.raises(ConfigError, match=r"pip install 'chatlayers\[llm\]'"):
         LiteLLMSummarizer("gpt-4o-mini")
+
+
+@pytest.mark.anyio
+async def test_default_prompt_is_written_for_agent_transcripts(sent: list[dict[str, Any]]) -> None:
+    from summarizers.llm import DEFAULT_INSTRUCTIONS, SUMMARY_SECTIONS
+
+    await summarizer("S")(history(tool_turn("A"), text_turn("B"), text_turn("C")), 1)
+    instructions = sent[0]["messages"][0]["content"]
+    assert instructions == DEFAULT_INSTRUCTIONS
+    # requests, decisions, tool results and open items, in that order
+    positions = [instructions.index(section) for section in SUMMARY_SECTIONS]
+    assert positions == sorted(positions)
+    assert "<EMAIL_ADDRESS_" in instructions  # placeholders are copied, never guessed
+    transcript = user_turn_text(sent[0])
+    assert 'called get_user_details({"user_id": "uid_A"})' in transcript  # the tool call
+    assert 'Tool result of get_user_details: {"user": "A"}' in transcript  # and its result

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -239,3 +240,55 @@ def test_public_names() -> None:
     ]
     for name in summarizers.__all__:
         assert getattr(summarizers, name) is not None
+
+
+# --- incremental counting and context windows (issue 13.2) --------------------------------
+
+
+def _sample() -> list[ChatMessage]:
+    call = ToolCall("c1", "lookup", '{"q": "Paris weather"}')
+    return [
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "What's the weather in Paris?", name="ana"),
+        ChatMessage("assistant", None, (call,)),
+        ChatMessage("tool", "18 C, sunny", tool_call_id="c1"),
+        ChatMessage("assistant", [{"type": "text", "text": "Sunny, 18 C."}]),
+    ]
+
+
+def test_message_tokens_sum_to_count_tokens() -> None:
+    from summarizers.tokens import message_tokens
+
+    messages = _sample()
+    assert sum(message_tokens(m) for m in messages) + 3 == count_tokens(messages)
+    assert message_tokens(messages[1]) > message_tokens(ChatMessage("user", "x"))
+
+
+def test_token_counter_counts_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from summarizers import tokens
+
+    counter = tokens.TokenCounter("gpt-4o")
+    messages = _sample()
+    assert counter.total(messages) == count_tokens(messages)
+    calls = 0
+    real = tokens._message_tokens
+
+    def counting(message: ChatMessage, encode: Any) -> int:
+        nonlocal calls
+        calls += 1
+        return real(message, encode)
+
+    grown = [*messages, ChatMessage("user", "And tomorrow?")]
+    expected = count_tokens(grown)
+    monkeypatch.setattr(tokens, "_message_tokens", counting)
+    assert counter.total(grown) == expected
+    assert calls == 1  # only the new message is counted; none is recounted
+
+
+def test_context_window_from_litellm_bundled_data() -> None:
+    from summarizers.tokens import context_window
+
+    assert context_window("gpt-4o") == 128_000
+    assert context_window("openai/gpt-4o") == 128_000
+    with pytest.raises(ConfigError, match="no context window"):
+        context_window("no-such-model-xyz")

@@ -93,6 +93,7 @@ async def test_production_config_runs_coherent_shared_summaries(
     postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
     pytest.importorskip("litellm")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a price list
     sep = "&" if "?" in postgres_dsn else "?"
     monkeypatch.setenv(
         "CHATLAYERS_POSTGRES_DSN", f"{postgres_dsn}{sep}schema=p{uuid.uuid4().hex[:8]}"

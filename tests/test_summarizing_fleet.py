@@ -198,3 +198,46 @@ def test_four_processes_one_call_per_crossing_and_one_view(
         assert all(v == expected for v in views)  # every process ends with the same view
 
     anyio.run(check)
+
+
+class Clock:
+    """The stores' clock for the lease test, moved by hand (seconds since the Unix epoch)."""
+
+    def __init__(self) -> None:
+        self.now = 2_000_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+
+
+@pytest.mark.anyio
+async def test_a_dead_lease_holder_loses_the_lease_after_its_ttl(
+    store_url: str, anyio_backend: str
+) -> None:
+    if anyio_backend == "trio" and not store_url.startswith(("sqlite", "jsonl")):
+        pytest.skip("network drivers run on asyncio")
+    probe = base_store(store_url)
+    await probe.aclose()
+    store = type(probe).from_url(store_url, clock=CLOCK)  # the from_url contract
+    try:
+        fake = FakeSummarizer()
+        layer = SummarizingChatStorage(store, fake, trigger_at=2, keep_last=1, lease_ttl=30)
+        await layer.save_messages(KEY, pairs(3))
+        ck = find_ability(store, CheckpointStorage)
+        assert ck is not None
+        assert await ck.acquire_lease(KEY, "a worker that died", 30)
+        view = await layer.fetch(KEY)  # another owner holds the lease: serve the raw view
+        assert fake.calls == []
+        assert len(view) == 6
+        await layer.save(KEY, ChatMessage("user", "q3"))
+        assert fake.calls == []
+        CLOCK.now += 31
+        await layer.save(KEY, ChatMessage("assistant", "a3"))  # the lease expired: one call
+        assert len(fake.calls) == 1
+        assert (await layer.fetch(KEY))[0].is_summary
+        assert await ck.acquire_lease(KEY, "the next worker", 30)  # given back after use
+    finally:
+        await store.aclose()

@@ -410,8 +410,11 @@ async def test_compact_in_memory_mode() -> None:
     assert await layer.fetch(KEY) == view
     assert [m.text for m in await layer.compact(KEY, summary="gist")] == ["gist"]
     fake.fail = RuntimeError("down")
-    layer.on_error = "fallback"
+    fallback = layer_over(InMemoryChatStorage(), fake, summaries="memory", on_error="fallback")
+    await fallback.save_messages(KEY, pairs(2))
     with pytest.raises(SummarizerError):  # an explicit compaction always reports failure
+        await fallback.compact(KEY)
+    with pytest.raises(SummarizerError):
         await layer.compact(KEY)
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Shared between runs: a warm cache makes the check take a few seconds instead of ~30.
 CACHE = Path(tempfile.gettempdir()) / "chatlayers-mypy-cache"
 
-GOOD = '''
+GOOD = """
 from collections.abc import Mapping
 from typing import Any, assert_type
 
@@ -48,7 +48,7 @@ async def main() -> None:
     if isinstance(content, tuple):
         assert_type(content[0], Mapping[str, Any])
     await store.aclose()
-'''
+"""
 
 BAD = """
 from storage import ChatKey, ChatMessage

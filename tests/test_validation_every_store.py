@@ -158,9 +158,9 @@ async def test_nesting_up_to_the_limit_round_trips(store: ChatStorage) -> None:
     await store.save(KEY, message)
     (back,) = await store.fetch(KEY)
     assert back.to_openai()["content"] == [deep_part]
-    assert back.metadata["deep"] == ChatMessage("user", metadata={"deep": nested(63)}).metadata[
-        "deep"
-    ]
+    assert (
+        back.metadata["deep"] == ChatMessage("user", metadata={"deep": nested(63)}).metadata["deep"]
+    )
 
 
 @pytest.mark.anyio

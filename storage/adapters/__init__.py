@@ -5,6 +5,11 @@
   ``openai-agents``).
 - ``LangChainChatMessageHistory(stack, key)`` — LangChain's ``BaseChatMessageHistory`` (extra
   ``langchain``).
+- ``ChatlayersCheckpointer(stack)`` — a LangGraph checkpointer for LangChain 1.x
+  ``create_agent`` (extra ``langgraph``).
+- ``LlamaIndexChatStore(stack, user_id=...)`` — LlamaIndex's ``BaseChatStore`` (extra
+  ``llama-index``).
+- ``PydanticAIHistory(stack, key)`` — pydantic-ai ``message_history`` (extra ``pydantic-ai``).
 
 Nothing here imports a framework until an adapter is used: ``import storage.adapters`` is
 free, ``storage.adapters.AgentSquadChatStorage`` imports agent-squad on first access. A missing
@@ -22,19 +27,28 @@ from storage.lazy import lazy_exports
 if TYPE_CHECKING:
     from storage.adapters.agent_squad import AgentSquadChatStorage
     from storage.adapters.langchain import LangChainChatMessageHistory
+    from storage.adapters.langgraph import ChatlayersCheckpointer
+    from storage.adapters.llama_index import LlamaIndexChatStore
     from storage.adapters.openai_agents import OpenAIAgentsSession
+    from storage.adapters.pydantic_ai import PydanticAIHistory
 
 __all__ = [
     "AgentSquadChatStorage",
+    "ChatlayersCheckpointer",
     "LangChainChatMessageHistory",
+    "LlamaIndexChatStore",
     "MissingExtraError",
     "OpenAIAgentsSession",
+    "PydanticAIHistory",
 ]
 
 _LAZY: Final = {
     "AgentSquadChatStorage": "storage.adapters.agent_squad",
     "OpenAIAgentsSession": "storage.adapters.openai_agents",
     "LangChainChatMessageHistory": "storage.adapters.langchain",
+    "ChatlayersCheckpointer": "storage.adapters.langgraph",
+    "LlamaIndexChatStore": "storage.adapters.llama_index",
+    "PydanticAIHistory": "storage.adapters.pydantic_ai",
 }
 
 

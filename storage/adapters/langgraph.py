@@ -143,7 +143,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         if self.channel not in values:
             return tup
         values[self.channel] = list(view)
-        checkpoint: Checkpoint = {**tup.checkpoint, "channel_values": values}  # type: ignore[typeddict-item]
+        checkpoint: Checkpoint = {**tup.checkpoint, "channel_values": values}
         return tup._replace(checkpoint=checkpoint)
 
     # --- async (native) -----------------------------------------------------------------
@@ -167,7 +167,11 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {self.channel: view}
         checkpoint["channel_versions"] = {self.channel: self.get_next_version(None, None)}
-        thread = {"thread_id": key.session_id, "checkpoint_ns": "", "checkpoint_id": checkpoint["id"]}
+        thread = {
+            "thread_id": key.session_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint["id"],
+        }
         metadata: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
         return CheckpointTuple({"configurable": thread}, checkpoint, metadata, None, [])
 
@@ -215,7 +219,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
             self._remember(key, [m.id for m in batch] + [m.id for m in stored])
         values = dict(checkpoint["channel_values"])
         values[self.channel] = [getattr(m, "id", None) for m in messages]
-        slim: Checkpoint = {**checkpoint, "channel_values": values}  # type: ignore[typeddict-item]
+        slim: Checkpoint = {**checkpoint, "channel_values": values}
         return await self.inner.aput(config, slim, metadata, new_versions)
 
     async def aput_writes(
@@ -255,9 +259,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         async def collect() -> list[CheckpointTuple]:
-            return [
-                t async for t in self.alist(config, filter=filter, before=before, limit=limit)
-            ]
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
 
         yield from self.sync.call(collect)
 

@@ -67,9 +67,9 @@ def _openai_call(entry: Any) -> ToolCall | None:
     if not isinstance(function, Mapping):
         return None
     call_id, name, arguments = entry.get("id"), function.get("name"), function.get("arguments")
-    if not all(isinstance(v, str) for v in (call_id, name, arguments)):
-        return None
-    return ToolCall(call_id, name, arguments)
+    if isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str):
+        return ToolCall(call_id, name, arguments)
+    return None
 
 
 def to_chat_message(message: LlamaMessage) -> ChatMessage:
@@ -115,7 +115,9 @@ def to_chat_message(message: LlamaMessage) -> ChatMessage:
         converted = [_openai_call(c) for c in raw_calls]
         if converted and all(c is not None for c in converted):
             calls.extend(c for c in converted if c is not None)
-            extra["tool_calls"] = [{k: v for k, v in c.items() if k != "function"} for c in raw_calls]
+            extra["tool_calls"] = [
+                {k: v for k, v in c.items() if k != "function"} for c in raw_calls
+            ]
     content: Any = texts[0] if len(texts) == 1 else [{"type": "text", "text": t} for t in texts]
     if not texts:
         content = None
@@ -211,7 +213,7 @@ class LlamaIndexChatStore(BaseChatStore):
     def __init__(
         self, stack: ChatStorage | SyncChatStorage, *, user_id: str, agent_id: str = "assistant"
     ) -> None:
-        super().__init__(user_id=user_id, agent_id=agent_id)
+        super().__init__(user_id=user_id, agent_id=agent_id)  # type: ignore[call-arg]
         if isinstance(stack, SyncChatStorage):
             self._sync = stack
             self._stack = stack.stack
@@ -270,8 +272,7 @@ class LlamaIndexChatStore(BaseChatStore):
         converted = [to_chat_message(m) for m in messages]
         raw = await raw_history(self.stack, chat_key)
         if len(raw) <= len(messages) and all(
-            from_chat_message(stored) == given
-            for stored, given in zip(raw, messages, strict=False)
+            from_chat_message(stored) == given for stored, given in zip(raw, messages, strict=False)
         ):
             if len(converted) > len(raw):
                 await self.stack.save_messages(chat_key, converted[len(raw) :])
@@ -353,4 +354,3 @@ class LlamaIndexChatStore(BaseChatStore):
         """The user's session ids (blocking)."""
         result: list[str] = self.sync.call(self.aget_keys)
         return result
-

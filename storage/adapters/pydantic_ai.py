@@ -124,7 +124,7 @@ def _request_members(parts: list[dict[str, Any]]) -> list[_Member]:
             current.role, current.content = "system", content
         elif kind == "user-prompt" and isinstance(content, str):
             current.content = content
-        elif kind == "user-prompt":
+        elif kind == "user-prompt" and isinstance(content, list):
             # Strings become text parts; other items stay whole in their slot.
             items = [None if isinstance(c, str) else c for c in content]
             skeleton["content"] = items
@@ -236,7 +236,9 @@ def _restore_group(group: list[ChatMessage]) -> dict[str, Any]:
                     args = None
                 elif entry.get("json"):
                     args = json.loads(call.arguments)
-                parts.append({**part, "tool_name": call.name, "args": args, "tool_call_id": call.id})
+                parts.append(
+                    {**part, "tool_name": call.name, "args": args, "tool_call_id": call.id}
+                )
             else:  # "x": a request part whose text is the message's content
                 content: Any
                 if isinstance(part.get("content"), list):

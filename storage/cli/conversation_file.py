@@ -15,6 +15,7 @@ nothing new. ``chatlayers.created_at`` holds ISO 8601 times with a timezone (or 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -67,22 +68,35 @@ def message_id(conversation_id: str, index: int) -> str:
     return digest.hexdigest()
 
 
-def read_conversations(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
+def read_conversations(
+    paths: Sequence[str | os.PathLike[str]], *, system: str = "keep"
+) -> list[Conversation]:
     """Read and validate every conversation of ``paths`` (JSONL, or JSON lists).
 
     Nothing is returned unless every conversation is valid.
+
+    Args:
+        system: ``"keep"`` a leading system message, or ``"strip"`` it (a restored history
+            then does not repeat the instructions the agent sends itself).
 
     Raises:
         InvalidMessageError: a line is not JSON, not an object, or its history breaks a rule
             of ``validate_history`` (``FILE:LINE`` and the message index are named).
         InvalidKeyError: a conversation has no usable key (``FILE:LINE`` named).
-        ConfigError: a file cannot be read.
+        ConfigError: a file cannot be read, or ``system`` is not ``keep``/``strip``.
     """
+    if system not in ("keep", "strip"):
+        raise ConfigError(f"system must be 'keep' or 'strip', got {system!r}")
+    if system != "keep" and "system" not in inspect.signature(validate_history).parameters:
+        raise ConfigError(
+            "--system strip needs storage.history.validate_history(..., system=...), "
+            "which this installation does not have"
+        )
     out: list[Conversation] = []
     for raw in paths:
         path = Path(raw)
         for number, item in _items(path):
-            out.append(_conversation(item, f"{path}:{number}"))
+            out.append(_conversation(item, f"{path}:{number}", system))
     return out
 
 
@@ -130,7 +144,7 @@ def _items(path: Path) -> Iterator[tuple[int, Any]]:
             raise InvalidMessageError(f"{path}:{number}: not valid JSON: {exc}") from None
 
 
-def _conversation(item: Any, where: str) -> Conversation:
+def _conversation(item: Any, where: str, system: str = "keep") -> Conversation:
     if not isinstance(item, Mapping):
         raise InvalidMessageError(f"{where}: a conversation must be a JSON object")
     metadata = item.get("metadata")
@@ -148,14 +162,20 @@ def _conversation(item: Any, where: str) -> Conversation:
     except InvalidKeyError as exc:
         raise InvalidKeyError(f"{where}: {exc}") from None
     try:
-        messages = validate_history(item.get("messages"))
+        full = validate_history(item.get("messages"))
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{where}: {exc}") from None
-    ids, created, metas = _extension(item.get("chatlayers"), len(messages), where)
+    ids, created, metas = _extension(item.get("chatlayers"), len(full), where)
+    messages = full
+    if system == "strip" and full:
+        messages = validate_history(full, system="strip")
+        if len(messages) < len(full):  # the leading system message went: so do its columns
+            ids, created, metas = (None if c is None else c[1:] for c in (ids, created, metas))
     base_id = str(conv_id if conv_id is not None else session_id)
+    offset = len(full) - len(messages)  # ids stay those of the full file
     out: list[ChatMessage] = []
     for index, message in enumerate(messages):
-        changes: dict[str, Any] = {"id": message_id(base_id, index)}
+        changes: dict[str, Any] = {"id": message_id(base_id, index + offset)}
         if ids is not None:
             changes["id"] = ids[index]
         if created is not None and created[index] is not None:

@@ -16,6 +16,7 @@ import attrs
 
 from storage.abilities import ListableStorage, find_ability
 from storage.cli.conversation_file import Conversation, conversation_record
+from storage.cli.transcript import markdown_conversation
 from storage.codec import encode
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
@@ -67,21 +68,46 @@ async def export_conversations(
     *,
     user_id: str | None = None,
     session_id: str | None = None,
+    format: str = "jsonl",
+    raw: bool = True,
 ) -> tuple[int, int]:
-    """Write every stored conversation (raw) to ``out`` as JSON lines; return
-    ``(conversations, messages)``.
+    """Write every stored conversation to ``out``; return ``(conversations, messages)``.
+
+    Args:
+        format: ``"jsonl"`` (one conversation per line, what ``import`` reads), ``"json"``
+            (one indented JSON array holding one document per conversation; ``import`` reads
+            it too) or ``"md"`` (a readable Markdown transcript).
+        raw: the stored record (default) or, when ``False``, what the model sees (a
+            summarizing stack's view).
 
     Raises:
-        ConfigError: the store cannot list its keys.
+        ConfigError: the store cannot list its keys, or an unknown ``format``.
         ChatStorageError: from the store.
     """
+    if format not in ("jsonl", "json", "md"):
+        raise ConfigError(f"unknown export format {format!r}: use jsonl, json or md")
     conversations = messages = 0
+    view = "raw record" if raw else "model view"
+    first = True
+    if format == "json":
+        out.write("[")
     async for key, history in iter_conversations(stack, user_id=user_id, session_id=session_id):
         if not history:
             continue
-        out.write(json.dumps(conversation_record(key, history), ensure_ascii=False) + "\n")
+        if not raw:
+            history = await stack.fetch(key)
+        if format == "jsonl":
+            out.write(json.dumps(conversation_record(key, history), ensure_ascii=False) + "\n")
+        elif format == "json":
+            document = json.dumps(conversation_record(key, history), ensure_ascii=False, indent=2)
+            out.write(("\n" if first else ",\n") + document)
+        else:
+            out.write(("" if first else "\n") + markdown_conversation(key, history, view))
+        first = False
         conversations += 1
         messages += len(history)
+    if format == "json":
+        out.write("\n]\n" if not first else "]\n")
     return conversations, messages
 
 

@@ -11,7 +11,6 @@ whose text holds no secret (:mod:`storage.redact`).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,7 +27,6 @@ from storage.errors import ChatStorageError, ConfigError
 from storage.protocol import PROTOCOL_METHODS, ChatStorage
 from storage.redact import is_sensitive, scrubbed_error
 from storage.stores.base import BaseStore
-from storage.stores.urls import drop_query, path_from_url
 
 __all__ = ["build"]
 
@@ -123,7 +121,7 @@ def _plan(spec: ComponentSpec, reg: Registry, secrets: set[str]) -> _Plan:
             raise ConfigError(f"{spec.label} needs option {name!r}")
     if from_url:
         assert spec.url is not None
-        return _Plan(spec, _url_factory(factory, spec.name), [spec.url], kwargs)
+        return _Plan(spec, _url_factory(factory, spec.label), [spec.url], kwargs)
     return _Plan(spec, factory, [], kwargs)
 
 
@@ -145,26 +143,23 @@ def _read_env_options(
                 secrets.add(options[target])
 
 
-def _url_factory(factory: Any, scheme: str) -> Callable[..., Any]:
-    """``factory.from_url``, or the temporary fallback for a store that lacks it."""
+def _url_factory(factory: Any, label: str) -> Callable[..., Any]:
+    """``factory.from_url``: every store reads its own URL (``BaseStore.from_url``).
+
+    Raises:
+        ConfigError: the factory has no ``from_url`` of its own.
+    """
     own = getattr(factory, "from_url", None)
-    if callable(own) and getattr(own, "__func__", None) is not _BASE_FROM_URL:
-        return own  # type: ignore[no-any-return]
-    return functools.partial(_legacy_from_url, factory, scheme)
+    if not callable(own) or getattr(own, "__func__", None) is _BASE_FROM_URL:
+        raise ConfigError(
+            f"{label} cannot be built from a URL: its factory has no from_url "
+            "(see storage.stores.base.BaseStore.from_url); give it as a [store] table with "
+            "'type' and its options instead"
+        )
+    return own  # type: ignore[no-any-return]
 
 
 _BASE_FROM_URL: Final = BaseStore.from_url.__func__  # type: ignore[attr-defined]
-
-
-# TEMPORARY (issue 11 item 1): until every store implements ``from_url``, a store without it
-# is called as before: a file store with its path, a server store with its URL. Remove when
-# `grep -rn "def from_url" storage/stores` lists every store.
-def _legacy_from_url(factory: Any, scheme: str, url: str, **options: Any) -> Any:
-    if scheme in ("sqlite", "jsonl"):
-        return factory(path_from_url(url, scheme, options=options), **options)
-    if scheme == "memory":
-        return factory(**options)
-    return factory(drop_query(url, options), **options)
 
 
 def _construct(plan: _Plan, secrets: set[str], *inner: Any) -> Any:

@@ -98,6 +98,7 @@ _UNIT_WORDS: Final = frozenset(
 _STREET_WORDS: Final = frozenset(
     {"via", "viale", "rua", "rue", "calle", "avenida", "strada", "piazza", "plac", "ulica", "ul"}
 )
+_PARTICLES: Final = frozenset({"do", "da", "de", "del", "della", "di", "dos", "das", "des", "du"})
 _COMPOUND_RE: Final = re.compile(
     r"[A-ZÀ-Þ][\w'\-]*(?:katu|tie|kuja|polku|gata|gatan|vej|veien|vegen|stien|gasse"
     r"|stra(?:ss|ß)e|weg|laan|straat|plein|utca|tér|tee|ulice)"
@@ -157,11 +158,14 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
             elif _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
                 start = first
             else:
-                for at, candidate in before:
-                    if candidate.rstrip(".").lower() in _STREET_WORDS:
-                        start = at
+                # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then
+                # capitalised names or particles (so "via Miami on May 17" is no address).
+                for n, (at, candidate) in enumerate(before):
+                    if candidate[0].isupper() and candidate.rstrip(".").lower() in _STREET_WORDS:
+                        if all(w[0].isupper() or w in _PARTICLES for _, w in before[:n]):
+                            start = at
                         break
-                else:
+                if start == m.start():
                     continue
         unit = _UNIT_AFTER_RE.match(text, end)
         if unit is not None:

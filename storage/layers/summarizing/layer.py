@@ -53,6 +53,7 @@ from storage.errors import (
     InvalidMessageError,
     SummarizerError,
 )
+from storage.history import safe_window
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
 from storage.layers.summarizing.policy import OnError, Policy
@@ -203,8 +204,8 @@ class SummarizingChatStorage(
         self.max_buffers = max_buffers
         self.timeout = timeout
         self.summaries: Summaries = "store" if store is not None else "memory"
-        self.coherence: Coherence = coherence
-        self.on_error: OnError = on_error
+        self._coherence: Coherence = coherence
+        self._coherent = coherence == "store"
         self.lease_ttl = (
             lease_ttl if lease_ttl is not None else (timeout + 30.0 if timeout else 300.0)
         )
@@ -215,6 +216,7 @@ class SummarizingChatStorage(
             self._threshold, on_error, clock or time.monotonic, retry_backoff, retry_max
         )
         self._states = KeyStates(max_buffers)
+        self._fallback = on_error == "fallback"
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._summarizer_name = describe_summarizer(summarizer)
         self.summaries_made = 0
@@ -222,6 +224,16 @@ class SummarizingChatStorage(
         self.lease_busy = 0
         self.checkpoint_conflicts = 0
         self.checkpoints_loaded = 0
+
+    @property
+    def coherence(self) -> Coherence:
+        """``"store"`` or ``"process"`` (see the class docstring)."""
+        return self._coherence
+
+    @property
+    def on_error(self) -> OnError:
+        """``"raise"`` or ``"fallback"`` (see :mod:`storage.layers.summarizing.policy`)."""
+        return self._policy.on_error
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -233,20 +245,31 @@ class SummarizingChatStorage(
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
         if self._store is None:
             return await self._fetch_memory(key, limit)
-        _check_limit(limit)
+        if limit is not None:
+            _check_limit(limit)
         store = self._store
-        state = self._states.get(key)
+        state = self._states.peek(key)
         if state is not None and state.view is not None:
-            self._states.touch(key)
+            # The hot path: one head read, nothing changed, the view served from memory.
+            self._states.bump(key)
             grew = False
-            if self.coherence == "store":
+            if self._coherent:
                 head = await store.head(key)
-                if head != state.head:
+                known = state.head
+                if (
+                    known is None
+                    or head.last_seq != known.last_seq
+                    or head.epoch != known.epoch
+                    or head.checkpoint_version != known.checkpoint_version
+                ):
                     async with state.sync_lock:
                         grew = await fleet.read_back(store, key, state)
-            if self._policy.due(state) and (grew or self._policy.fallback):
+            if (grew or self._fallback) and self._policy.due(state):
                 await self._trigger(state, key, wait=False, activation=False)
-            return serve(state.view, limit, self._policy.window(state))
+            view = state.view
+            if self._fallback and state.n_summary == 0 and len(view) > self._threshold:
+                return serve(view, limit, self._threshold)  # no summary yet: newest window
+            return safe_window(view, limit)
         state = self._states.create(key)
         async with state.sync_lock:
             if state.view is None:
@@ -255,8 +278,14 @@ class SummarizingChatStorage(
                     self.checkpoints_loaded += 1
         if self._policy.due(state):
             await self._trigger(state, key, wait=True, activation=True)
-        assert state.view is not None
-        return serve(state.view, limit, self._policy.window(state))
+        return self._serve(state, limit)
+
+    def _serve(self, state: KeyState, limit: int | None) -> list[ChatMessage]:
+        view = state.view
+        assert view is not None
+        if self._fallback and state.n_summary == 0 and len(view) > self._threshold:
+            return serve(view, limit, self._threshold)  # no summary yet: the newest window
+        return safe_window(view, limit)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -313,8 +342,8 @@ class SummarizingChatStorage(
         state = self._states.get(key)
         if state is None or not stored:
             return stored
-        if state.summarizing:
-            state.pending.extend(stored)
+        if state.summarizing and self._store is None:
+            state.pending.extend(stored)  # memory mode: kept after the running call's result
         if state.view is None:
             return stored  # cold (or activating: the activation adds the pending messages)
         # A read-back that ran during the save may have brought these messages already.
@@ -513,7 +542,8 @@ class SummarizingChatStorage(
 
         Args:
             key: the conversation.
-            summary: ``None``: call the summarizer on the current view now. A text or a
+            summary: ``None``: call the summarizer on the current view now (a view of at
+                most ``keep_last`` turns has nothing to summarize and stays). A text or a
                 message: install it as the summary covering the whole raw record so far
                 (the view becomes just that summary until the next save).
 

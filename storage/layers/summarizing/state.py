@@ -122,11 +122,16 @@ class KeyStates:
     finishes on a detached state, and the key is cold afterwards).
     """
 
-    __slots__ = ("_map", "max_entries")
+    __slots__ = ("_map", "bump", "max_entries", "peek")
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self._map: OrderedDict[ChatKey, KeyState] = OrderedDict()
+        # The fetch path's two calls, bound once (C methods: no Python frame per fetch).
+        self.peek = self._map.get
+        """``peek(key)``: the state of ``key`` or ``None``, not marked used."""
+        self.bump = self._map.move_to_end
+        """``bump(key)``: mark a key that has a state most recently used."""
 
     def __len__(self) -> int:
         return len(self._map)

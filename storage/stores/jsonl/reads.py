@@ -111,15 +111,21 @@ def load_items(path: str, lock_path: str, cache: LineCache) -> tuple[str, list[t
     Raises:
         OSError: the file exists but cannot be read.
     """
+    found = _scan_path(path, lock_path, cache)
+    if found is None:
+        return "", []
+    return found.epoch, [(seq, item) for _, seq, item in found.entries]  # type: ignore[misc]
+
+
+def _scan_path(path: str, lock_path: str, cache: LineCache) -> Scan | None:
     try:
         fd = os.open(path, O_READ)
     except FileNotFoundError:
-        return "", []
+        return None
     try:
-        found = scan_fd(fd, path, lock_path, cache)
+        return scan_fd(fd, path, lock_path, cache)
     finally:
         os.close(fd)
-    return found.epoch, [(seq, item) for _, seq, item in found.entries]  # type: ignore[misc]
 
 
 def load_messages(path: str, lock_path: str, cache: LineCache) -> list[tuple[int, ChatMessage]]:
@@ -128,8 +134,22 @@ def load_messages(path: str, lock_path: str, cache: LineCache) -> list[tuple[int
     Raises:
         OSError: the file exists but cannot be read.
     """
-    _, items = load_items(path, lock_path, cache)
-    return [(seq, item) for seq, item in items if type(item) is ChatMessage]
+    found = _scan_path(path, lock_path, cache)
+    if found is None:
+        return []
+    return [(seq, item) for _, seq, item in found.entries if type(item) is ChatMessage]
+
+
+def load_message_list(path: str, lock_path: str, cache: LineCache) -> list[ChatMessage]:
+    """Every valid message of a file in file order (``fetch``: one pass, no seqs).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    found = _scan_path(path, lock_path, cache)
+    if found is None:
+        return []
+    return [item for _, _, item in found.entries if type(item) is ChatMessage]
 
 
 def load_records(path: str, lock_path: str, cache: LineCache) -> list[ConversationRecord]:

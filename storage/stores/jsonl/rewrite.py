@@ -27,7 +27,7 @@ from storage.stores.jsonl.lines import (
 )
 from storage.stores.jsonl.lines import scan as scan_lines
 from storage.stores.jsonl.locks import read_counter, reserve
-from storage.stores.jsonl.names import LOCK_NAME, SUMMARY_NAME, Paths, is_key_file
+from storage.stores.jsonl.names import SUMMARY_NAME, Paths, is_key_file
 from storage.stores.jsonl.tree import remove_session
 from storage.stores.jsonl.writer import new_epoch
 
@@ -89,7 +89,9 @@ def remove_key(paths: Paths, lock_fd: int | None, *, keep_lease: bool = False) -
         if is_key_file(name, agent) and not (keep_lease and name == os.path.basename(paths.lease)):
             unlink(os.path.join(paths.session_dir, name))
     unlink(os.path.join(paths.session_dir, SUMMARY_NAME))  # lists the key (a cache)
-    left = [n for n in listdir(paths.session_dir) if n not in (LOCK_NAME,)]
+    # Every file of a key is named without a leading dot; the lock, the summary and temporary
+    # files have one.
+    left = [n for n in listdir(paths.session_dir) if not n.startswith(".")]
     if not left:
         # Writers create files only under the flock, so none can appear now.
         remove_session(paths.session_dir, held_lock=lock_fd is not None)

@@ -69,6 +69,7 @@ from storage.stores.jsonl.names import (
 from storage.stores.jsonl.reads import (
     epoch_of,
     load_items,
+    load_message_list,
     load_messages,
     load_records,
     read_back,
@@ -278,12 +279,10 @@ class JsonlChatStorage(BaseStore):
         if file_size is None:
             return []
         if file_size <= INLINE_BYTES:
-            rows = load_messages(paths.data, paths.lock, self._cache)
-        else:
-            rows = await anyio.to_thread.run_sync(
-                load_messages, paths.data, paths.lock, self._cache
-            )
-        return [message for _, message in rows]
+            return load_message_list(paths.data, paths.lock, self._cache)
+        return await anyio.to_thread.run_sync(
+            load_message_list, paths.data, paths.lock, self._cache
+        )
 
     async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
         self._check_open()
@@ -373,7 +372,15 @@ class JsonlChatStorage(BaseStore):
         self._check_open()
         paths = self._paths(key)
         if after:
-            epoch, newest, rows = read_since(paths.data, paths.lock, after, self._cache)
+            # A short tail (the usual case: a cache catching up) is read on the loop; a reader
+            # far behind reads the rest on a worker thread.
+            epoch, newest, rows = read_since(
+                paths.data, paths.lock, after, self._cache, INLINE_LIMIT + 1
+            )
+            if len(rows) > INLINE_LIMIT:
+                epoch, newest, rows = await anyio.to_thread.run_sync(
+                    read_since, paths.data, paths.lock, after, self._cache
+                )
         else:
             file_size = size(paths.data)
             if file_size is None:

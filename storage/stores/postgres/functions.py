@@ -69,7 +69,7 @@ BEGIN
     SELECT o_last, o_epoch, o_created INTO v_last, v_epoch, v_created
     FROM {{f_lock}}(p_user, p_session, p_agent);
     IF p_expected IS NOT NULL THEN
-        SELECT max(key_seq) INTO v_max FROM {{t}} WHERE {_KEY};
+        SELECT key_seq INTO v_max FROM {{t}} WHERE {_KEY} ORDER BY key_seq DESC LIMIT 1;
         -- Head.version: "epoch.last_seq", ".0" while the key holds no message.
         IF p_expected IS DISTINCT FROM
            (CASE WHEN v_max IS NULL THEN '.0' ELSE v_epoch || '.' || v_max END) THEN

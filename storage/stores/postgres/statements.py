@@ -43,7 +43,10 @@ class Statements:
         n = names.template()
         t, keys, cp = n["t"], n["keys"], n["checkpoints"]
         head = (
-            f"SELECT coalesce((SELECT max(key_seq) FROM {t} WHERE {_KEY}), 0) AS last_seq, "
+            # ORDER BY ... LIMIT 1, not max(): one backward index step whatever the
+            # planner's statistics say (max() over stale statistics scanned the whole key).
+            f"SELECT coalesce((SELECT key_seq FROM {t} WHERE {_KEY} "
+            "ORDER BY key_seq DESC LIMIT 1), 0) AS last_seq, "
             "coalesce(k.epoch, '') AS epoch, "
             "CASE WHEN c.epoch = k.epoch THEN c.version ELSE 0 END AS checkpoint_version "
             "FROM (SELECT 1) AS one "

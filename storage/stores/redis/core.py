@@ -26,7 +26,7 @@ from storage.stores.redis.client import (
     driver_query_names,
     import_driver,
 )
-from storage.stores.redis.layout import Layout, decode_part, entry, part, to_us
+from storage.stores.redis.layout import Layout, decode_part, entries, entry, part, to_us
 from storage.stores.urls import check_query, drop_query
 
 __all__ = ["DEFAULT_PREFIX", "RedisCore"]
@@ -284,22 +284,21 @@ class RedisCore(BaseStore):
 
     async def _fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
         names = self.layout.key(key)
-        client = await self._redis.ready()
-        rows = cast(list[bytes], await client.lrange(names.messages, -limit if limit else 0, -1))
-        out = [decode(entry(raw)[1]) for raw in rows]
+        joined = await self._redis.eval(scripts.FETCH, [names.messages], [-limit if limit else 0])
+        out = [decode(entry(raw)[1]) for raw in entries(joined)]
         return out if limit is None else drop_orphaned_results(out)
 
     async def _session_entries(self, user_id: str, member: str) -> list[tuple[str, list[bytes]]]:
         """``(agent_id, list entries)`` of every agent of one session (one atomic read)."""
         base = self.layout.base(part("user_id", user_id), member)
         reply = await self._redis.eval(scripts.FETCH_SESSION, [f"{base}a"], [base])
-        return [(decode_part(reply[n]), reply[n + 1]) for n in range(0, len(reply), 2)]
+        return [(decode_part(reply[n]), entries(reply[n + 1])) for n in range(0, len(reply), 2)]
 
     async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
         _, member = self.layout.session_base(user_id, session_id)
         rows: list[SessionRow] = []
-        for agent_id, entries in await self._session_entries(user_id, member):
-            for raw in entries:
+        for agent_id, rows_of_agent in await self._session_entries(user_id, member):
+            for raw in rows_of_agent:
                 seq, record = entry(raw)
                 message = decode(record)
                 assert message.created_at is not None

@@ -30,7 +30,17 @@ from urllib.parse import quote, unquote
 from storage.errors import CorruptRecordError, InvalidKeyError
 from storage.message import ChatKey
 
-__all__ = ["KeyNames", "Layout", "decode_part", "entry", "from_us", "glob_escape", "part", "to_us"]
+__all__ = [
+    "KeyNames",
+    "Layout",
+    "decode_part",
+    "entries",
+    "entry",
+    "from_us",
+    "glob_escape",
+    "part",
+    "to_us",
+]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
@@ -77,6 +87,11 @@ def entry(raw: bytes) -> tuple[int, bytes]:
     if cut <= 0 or not raw[:cut].isdigit():
         raise CorruptRecordError(f"malformed Redis entry {raw[:80]!r}")
     return int(raw[:cut]), raw[cut + 1 :]
+
+
+def entries(joined: bytes) -> list[bytes]:
+    """The entries of a read script's reply (joined by newlines; JSON holds none)."""
+    return joined.split(b"\n") if joined else []
 
 
 def to_us(moment: datetime) -> int:

@@ -9,6 +9,8 @@ any key. On a Cluster the store updates the index with :data:`INDEX` in a second
 
 Shared conventions:
 - a list entry is ``"SEQ RECORD"`` (``storage.codec``), a record entry ``"SEQ JSON"``;
+- reads return a list's entries joined by ``"\n"`` in one bulk string: JSON never holds a raw
+  newline, and one string parses far faster in redis-py than an array of a thousand;
 - times are integer microseconds since the Unix epoch (``at`` arguments, head fields);
 - a session's index *version* grows with every change of the session (``bump``): the
   server's ``TIME`` in µs, or the previous version + 1 when writes outpace the clock. The
@@ -24,6 +26,7 @@ from typing import Final
 __all__ = [
     "ACQUIRE_LEASE",
     "DELETE",
+    "FETCH",
     "DELETE_SESSION",
     "FETCH_SESSION",
     "FETCH_SINCE",
@@ -173,8 +176,16 @@ return {0, stored, v, st}
 """,
 )
 
-# KEYS: m, h. ARGV: after. Returns {epoch, last_seq, checkpoint version, {entries}}: the
-# entries include every one with seq > after (and maybe a few older ones).
+# KEYS: m. ARGV: start index (0: all, -N: the newest N). Returns the entries, joined.
+FETCH: Final = _script(
+    "fetch",
+    r"""
+return table.concat(redis.call('LRANGE', KEYS[1], ARGV[1], -1), '\n')
+""",
+)
+
+# KEYS: m, h. ARGV: after. Returns {epoch, last_seq, checkpoint version, entries joined}:
+# the entries include every one with seq > after (and maybe a few older ones).
 FETCH_SINCE: Final = _script(
     "fetch_since",
     r"""
@@ -183,18 +194,18 @@ local last = tonumber(head[2] or '0')
 local after = tonumber(ARGV[1])
 local rows = {}
 if last > after then rows = tail_rows(KEYS[1], after) end
-return {head[1] or '', head[2] or '0', head[3] or '0', rows}
+return {head[1] or '', head[2] or '0', head[3] or '0', table.concat(rows, '\n')}
 """,
 )
 
-# KEYS: agents. ARGV: the session's key base "P:{U:S}:". Returns {agent, {entries}, ...}.
+# KEYS: agents. ARGV: the session's key base "P:{U:S}:". Returns {agent, entries joined, ...}.
 FETCH_SESSION: Final = _script(
     "fetch_session",
     r"""
 local out = {}
 for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   out[#out + 1] = agent
-  out[#out + 1] = redis.call('LRANGE', ARGV[1] .. 'm:' .. agent, 0, -1)
+  out[#out + 1] = table.concat(redis.call('LRANGE', ARGV[1] .. 'm:' .. agent, 0, -1), '\n')
 end
 return out
 """,

@@ -38,7 +38,7 @@ from storage.stores.checks import (
 )
 from storage.stores.redis import scripts
 from storage.stores.redis.core import RedisCore, message_args, new_epoch
-from storage.stores.redis.layout import decode_part, entry, part, to_us
+from storage.stores.redis.layout import decode_part, entries, entry, part, to_us
 from storage.stores.redis.payloads import (
     decode_checkpoint,
     decode_record,
@@ -105,7 +105,7 @@ class RedisChatStorage(RedisCore):
         head = _head(epoch, last, version)
         seqs: list[int] = []
         messages: list[ChatMessage] = []
-        for raw in rows:
+        for raw in entries(rows):
             seq, record = entry(raw)
             if seq > after:
                 seqs.append(seq)
@@ -324,7 +324,7 @@ class RedisChatStorage(RedisCore):
             session_id = decode_part(member)
             for n in range(0, len(reply), 2):
                 key = ChatKey(user_id, session_id, decode_part(reply[n]))
-                items += [(key, decode(entry(raw)[1])) for raw in reply[n + 1]]
+                items += [(key, decode(entry(raw)[1])) for raw in entries(reply[n + 1])]
         return scan_search(query, items, limit=limit)
 
     # --- RecordStorage -------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""Where ``chatlayers`` subcommands come from: a small registry other modules add to.
+
+A command module registers its commands with the :func:`command` decorator; the parser
+(:func:`storage.cli.build_parser`) imports every module named in
+``storage.cli.COMMAND_MODULES`` and adds what they registered. Adding a command module is one
+line in that tuple::
+
+    @command("keys", help="create, rotate and inspect encryption keys", arguments=_arguments)
+    async def _keys(args: argparse.Namespace, out: Output, stack: Stack) -> int: ...
+
+``arguments(parser)`` adds the command's own flags (each with help text: a test walks the
+parser); ``read_only`` commands never create a missing SQLite file; ``needs_stack=False``
+commands are called with ``stack=None`` and open nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from storage.cli.output import Output
+
+__all__ = ["Command", "Handler", "command", "registered"]
+
+Handler = Callable[[argparse.Namespace, Output, Any], Awaitable[int]]
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    return None
+
+
+@attrs.frozen
+class Command:
+    """One registered subcommand."""
+
+    name: str
+    help: str
+    handler: Handler
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    read_only: bool = False
+    needs_stack: bool = True
+
+
+_COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str,
+    *,
+    help: str,
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments,
+    read_only: bool = False,
+    needs_stack: bool = True,
+) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine ``handler(args, out, stack) -> exit status`` as the
+    subcommand ``name``.
+
+    Raises:
+        ValueError: ``name`` is registered already by another handler.
+    """
+
+    def register(handler: Handler) -> Handler:
+        existing = _COMMANDS.get(name)
+        if existing is not None and existing.handler is not handler:
+            raise ValueError(f"chatlayers command {name!r} is registered twice")
+        _COMMANDS[name] = Command(name, help, handler, arguments, read_only, needs_stack)
+        return handler
+
+    return register
+
+
+def registered() -> list[Command]:
+    """Every registered command, in registration order."""
+    return list(_COMMANDS.values())
