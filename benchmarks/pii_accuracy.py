@@ -26,6 +26,7 @@ false positive and false negative.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -224,9 +225,11 @@ def free_text_table(stats: dict[str, dict[str, Any]], label: str) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for name, row in stats.items():
+        precision = _ratio(row["correct"], row["pred"])
+        recall = _ratio(row["found"], row["gold"])
         lines.append(
             f"| {name} | {FREE_TEXT[name]} | {row['gold']} | {row['pred']} "
-            f"| {_ratio(row['correct'], row['pred']):.3f} | {_ratio(row['found'], row['gold']):.3f} |"
+            f"| {precision:.3f} | {recall:.3f} |"
         )
     return "\n".join(lines)
 
@@ -263,7 +266,7 @@ def profile_values(conversation: dict[str, Any]) -> dict[str, list[str]]:
     user_id = conversation["metadata"]["user_id"]
     known: dict[str, list[str]] = {"USER_ID": [user_id]}
     for message in conversation["messages"]:
-        if message["role"] != "tool" or f'"{user_id}"' in (message.get("content") or "")[:0]:
+        if message["role"] != "tool":
             continue
         try:
             data = json.loads(message.get("content") or "")
@@ -279,7 +282,11 @@ def profile_values(conversation: dict[str, Any]) -> dict[str, list[str]]:
             if isinstance(person.get("dob"), str):
                 known.setdefault("DATE_OF_BIRTH", []).append(person["dob"])
         address = data.get("address", {})
-        for key, entity in (("address1", "STREET_ADDRESS"), ("address2", "STREET_ADDRESS"), ("zip", "ZIP_CODE")):
+        for key, entity in (
+            ("address1", "STREET_ADDRESS"),
+            ("address2", "STREET_ADDRESS"),
+            ("zip", "ZIP_CODE"),
+        ):
             if isinstance(address.get(key), str) and address[key]:
                 known.setdefault(entity, []).append(address[key])
         if isinstance(data.get("email"), str):
@@ -315,6 +322,10 @@ def _count(word: str, text: str) -> int:
     return len(re.findall(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE))
 
 
+def _record(into: list[tuple[str, str]], entity: str, value: str) -> None:
+    into.append((entity, value))
+
+
 def score_airline(
     make: Callable[[dict[str, Any]], PIIScrubber],
 ) -> dict[str, dict[str, Any]]:
@@ -334,7 +345,7 @@ def score_airline(
     for conversation in conversations:
         scrubber = make(conversation)
         replaced: list[tuple[str, str]] = []
-        scrubber._observer = lambda entity, value: replaced.append((entity, value))
+        scrubber._observer = functools.partial(_record, replaced)
         key = ChatKey(conversation["metadata"]["user_id"], conversation["id"], "airline")
         for index, message in enumerate(conversation["messages"]):
             if message["role"] == "system":

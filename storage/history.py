@@ -1,9 +1,10 @@
 """History rules shared by every store and layer: validation, turns, tool-pair-safe windows.
 
 The validation rules follow what chat APIs enforce on a history (and PraisonAI's ``setHistory``):
-known roles, correct field types, a ``system`` (or ``developer``) message only first, and every ``tool`` result
-answering a call of the nearest preceding assistant turn that made calls. Real data reuses
-tool-call ids across turns, so results are paired by nearest turn, never by a global id.
+known roles, correct field types, a ``system`` (or ``developer``) message only first, and every
+``tool`` result answering a call of the nearest preceding assistant turn that made calls. Real
+data reuses tool-call ids across turns, so results are paired by nearest turn, never by a
+global id.
 """
 
 from __future__ import annotations

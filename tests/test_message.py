@@ -157,4 +157,5 @@ async def test_developer_message_round_trips_through_every_local_store(tmp_path:
             message = validate_message(ChatMessage.from_openai(wire))
             await store.save(key, message)
             (back,) = await store.fetch(key)
-            assert back.to_openai() == wire and back.role == "developer"
+            assert back.to_openai() == wire
+            assert back.role == "developer"

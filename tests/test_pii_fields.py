@@ -85,7 +85,8 @@ def test_file_name_scrubbed_file_data_and_id_kept(scrubber: PIIScrubber) -> None
     out = wire(scrubber(ChatMessage("user", [part, audio_in]), KEY))
     file = out["content"][0]["file"]
     assert re.fullmatch(rf"cv {PLACEHOLDER}\.pdf", file["filename"])
-    assert file["file_data"] == PAYLOAD and file["file_id"] == "file-1"
+    assert file["file_data"] == PAYLOAD
+    assert file["file_id"] == "file-1"
     assert out["content"][1] == audio_in
 
 
@@ -106,11 +107,14 @@ def test_agent_squad_tool_result_json_block_values_scrubbed_keys_kept(
     out = scrubber(ChatMessage("user", [result, use]), KEY)
     blocks = thaw(out.content)
     block = blocks[0]["toolResult"]
-    assert block["toolUseId"] == "tooluse_1" and block["status"] == "success"
+    assert block["toolUseId"] == "tooluse_1"
+    assert block["status"] == "success"
     data = block["content"][0]["json"]
     assert list(data) == ["email", "phones", EMAIL, "n"]  # keys, their order and types kept
-    assert re.fullmatch(PLACEHOLDER, data["email"]) and re.fullmatch(PLACEHOLDER, data["phones"][0])
-    assert data[EMAIL] == "key kept" and data["n"] == 3
+    assert re.fullmatch(PLACEHOLDER, data["email"])
+    assert re.fullmatch(PLACEHOLDER, data["phones"][0])
+    assert data[EMAIL] == "key kept"
+    assert data["n"] == 3
     assert re.fullmatch(rf"also {PLACEHOLDER}", block["content"][1]["text"])
     assert blocks[1]["toolUse"]["name"] == "lookup"
     assert re.fullmatch(PLACEHOLDER, blocks[1]["toolUse"]["input"]["who"])

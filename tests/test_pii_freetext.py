@@ -117,8 +117,10 @@ def test_json_fields_whose_key_names_the_entity(scrubber: PIIScrubber) -> None:
     assert re.fullmatch(placeholder.format("ZIP_CODE"), out["billing"]["postal_code"])
     assert re.fullmatch(placeholder.format("DATE_OF_BIRTH"), out["billing"]["Birth_Date"])
     assert re.fullmatch(placeholder.format("DATE_OF_BIRTH"), out["dob"])
-    assert out["flight_number"] == "HAT136" and out["price"] == 1234
-    assert list(out) == list(result) and list(out["address"]) == list(result["address"])
+    assert out["flight_number"] == "HAT136"
+    assert out["price"] == 1234
+    assert list(out) == list(result)
+    assert list(out["address"]) == list(result["address"])
 
 
 def test_json_keyed_fields_in_tool_call_arguments(scrubber: PIIScrubber) -> None:
@@ -138,7 +140,8 @@ def test_json_keys_can_be_replaced_or_turned_off() -> None:
     assert off(ChatMessage("tool", data, tool_call_id="c"), KEY).content == data
     own = PIIScrubber(secret="k", json_keys={"MEMBER_ID": ["memberNo"]})
     out = json.loads(str(own(ChatMessage("tool", data, tool_call_id="c"), KEY).content))
-    assert out["zip"] == "78750" and out["member_no"].startswith("<MEMBER_ID_")
+    assert out["zip"] == "78750"
+    assert out["member_no"].startswith("<MEMBER_ID_")
     with pytest.raises(ConfigError, match="upper-case"):
         PIIScrubber(secret="k", json_keys={"zip": ["zip"]})
     with pytest.raises(ConfigError, match="list of key names"):
@@ -160,4 +163,5 @@ def test_json_keys_can_be_replaced_or_turned_off() -> None:
 )
 def test_new_rules_finish_on_adversarial_input(scrubber: PIIScrubber, text: str) -> None:
     out = scrubber.scrub_text(text, KEY)  # linear rules: this returns (timed in benchmarks/)
-    assert isinstance(out, str) and len(out) > 0
+    assert isinstance(out, str)
+    assert len(out) > 0

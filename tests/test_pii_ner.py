@@ -93,7 +93,7 @@ def test_scrubber_uses_the_recognizer_in_text_and_json_values() -> None:
 
 
 def test_missing_model_is_a_config_error_never_a_download() -> None:
-    with pytest.raises(ConfigError, match="never downloaded|needs spaCy"):
+    with pytest.raises(ConfigError, match=r"never downloaded|needs spaCy"):
         SpacyRecognizer("chatlayers_no_such_model_package")
 
 
@@ -111,7 +111,11 @@ def test_recognizer_entity_names_are_checked() -> None:
 @pytest.mark.skipif(not HAS_MODEL, reason="the ner extra is not installed")
 def test_real_spacy_model_finds_names_and_places() -> None:
     recognizer = SpacyRecognizer()
-    found = {(text[s:e], entity) for text in ["Mia Li lives in Austin, Texas."] for s, e, entity in recognizer(text)}
+    found = {
+        (text[s:e], entity)
+        for text in ["Mia Li lives in Austin, Texas."]
+        for s, e, entity in recognizer(text)
+    }
     assert ("Mia Li", "PERSON") in found
     assert ("Austin", "LOCATION") in found
 

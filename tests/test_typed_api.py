@@ -81,7 +81,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        assert "storage/py.typed" in names and "summarizers/py.typed" in names
+        assert "storage/py.typed" in names
+        assert "summarizers/py.typed" in names
         archive.extractall(site)
     return site
 

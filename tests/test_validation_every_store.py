@@ -192,7 +192,8 @@ def test_deep_input_builds_and_converts_without_recursion_error() -> None:
     while isinstance(node, list | dict):
         node = node[0] if isinstance(node, list) else node["k"]
         depth += 1
-    assert depth == 200_000 and node == "x"
+    assert depth == 200_000
+    assert node == "x"
     again = ChatMessage.from_openai(wire)
     assert again.to_openai()["content"][0]["x"] is not deep  # new objects every call
 

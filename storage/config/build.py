@@ -121,7 +121,7 @@ def _plan(spec: ComponentSpec, reg: Registry, secrets: set[str]) -> _Plan:
             raise ConfigError(f"{spec.label} needs option {name!r}")
     if from_url:
         assert spec.url is not None
-        return _Plan(spec, _url_factory(factory, spec.label), [spec.url], kwargs)
+        return _Plan(spec, _url_factory(factory), [spec.url], kwargs)
     return _Plan(spec, factory, [], kwargs)
 
 
@@ -143,20 +143,14 @@ def _read_env_options(
                 secrets.add(options[target])
 
 
-def _url_factory(factory: Any, label: str) -> Callable[..., Any]:
-    """``factory.from_url``: every store reads its own URL (``BaseStore.from_url``).
-
-    Raises:
-        ConfigError: the factory has no ``from_url`` of its own.
-    """
+def _url_factory(factory: Any) -> Callable[..., Any]:
+    """``factory.from_url`` (every built-in store reads its own URL, ``BaseStore.from_url``);
+    a third-party factory without one is called with the URL first, as the registry
+    documents."""
     own = getattr(factory, "from_url", None)
-    if not callable(own) or getattr(own, "__func__", None) is _BASE_FROM_URL:
-        raise ConfigError(
-            f"{label} cannot be built from a URL: its factory has no from_url "
-            "(see storage.stores.base.BaseStore.from_url); give it as a [store] table with "
-            "'type' and its options instead"
-        )
-    return own  # type: ignore[no-any-return]
+    if callable(own) and getattr(own, "__func__", None) is not _BASE_FROM_URL:
+        return own  # type: ignore[no-any-return]
+    return factory  # type: ignore[no-any-return]
 
 
 _BASE_FROM_URL: Final = BaseStore.from_url.__func__  # type: ignore[attr-defined]

@@ -10,8 +10,8 @@ entity. Keys are matched case-insensitively, ignoring ``_``, ``-``, spaces and d
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Final
 
 from storage.errors import ConfigError

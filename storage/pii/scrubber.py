@@ -510,7 +510,10 @@ def _scrub_json_value(value: Any, run: _Run, key: str | None) -> Any:
                 return replaced
         return value
     if isinstance(value, Mapping):
-        items = {k: _scrub_json_value(v, run, k if isinstance(k, str) else None) for k, v in value.items()}
+        items = {
+            k: _scrub_json_value(v, run, k if isinstance(k, str) else None)
+            for k, v in value.items()
+        }
         return value if all(items[k] is v for k, v in value.items()) else items
     if isinstance(value, list | tuple):
         values = [_scrub_json_value(v, run, key) for v in value]

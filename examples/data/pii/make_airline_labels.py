@@ -76,8 +76,7 @@ def date_spellings(iso: str) -> list[str]:
 def values(conversation: dict[str, Any]) -> dict[str, set[str]]:
     """Entity -> the personal values this conversation's tool traffic reveals."""
     found: dict[str, set[str]] = {
-        k: set()
-        for k in ("PERSON", "DATE_OF_BIRTH", "STREET_ADDRESS", "ZIP_CODE", "EMAIL_ADDRESS")
+        k: set() for k in ("PERSON", "DATE_OF_BIRTH", "STREET_ADDRESS", "ZIP_CODE", "EMAIL_ADDRESS")
     }
     found["USER_ID"] = {conversation["metadata"]["user_id"]}
     payloads = []

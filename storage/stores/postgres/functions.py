@@ -84,13 +84,14 @@ BEGIN
         UPDATE {{keys}} SET epoch = v_epoch, message_count = 0, first_at = NULL,
             last_at = NULL WHERE {_KEY};
     END IF;
+    -- Ids stored already (a retry): one probe of the unique id index per id. A separate
+    -- statement, so no join plan can turn it into a scan of the key's rows.
+    SELECT array_agg(message_id) INTO v_ids FROM {{t}}
+    WHERE {_KEY} AND message_id = ANY (p_ids);
     WITH fresh AS (
         SELECT m.id, m.at, m.rec, m.words, m.n
         FROM unnest(p_ids, p_ats, p_records, p_words) WITH ORDINALITY AS m(id, at, rec, words, n)
-        WHERE NOT EXISTS (
-            SELECT 1 FROM {{t}} x
-            WHERE x.user_id = p_user AND x.session_id = p_session AND x.agent_id = p_agent
-              AND x.message_id = m.id)
+        WHERE v_ids IS NULL OR m.id <> ALL (v_ids)
     ), ins AS (
         INSERT INTO {{t}} (user_id, session_id, agent_id, key_seq, message_id, created_at,
                          record, search)

@@ -23,21 +23,17 @@ from storage.stores.sqlite.writes import from_us, to_us
 __all__ = ["EMPTY_HEAD", "acquire", "head", "load", "release", "save"]
 
 EMPTY_HEAD: Final = Head(0, "", 0)
-# The epoch, the newest sequence number (from the messages index) and the checkpoint's
-# version: three primary-key or index lookups in one statement.
-_HEAD: Final = (
-    f"SELECT c.epoch, (SELECT seq FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT 1), "
-    f"(SELECT version FROM checkpoints WHERE {KEY}) FROM conversations c WHERE {KEY}"
-)
+# The key's tallies row holds its head (kept in the transaction of every write).
+_HEAD: Final = f"SELECT epoch, last_seq, checkpoint_version FROM conversations WHERE {KEY}"
 
 
 def head(conn: sqlite3.Connection, key: ChatKey) -> Head:
     """The key's head (``Head(0, "", 0)`` when it holds no message)."""
     params = (key.user_id, key.session_id, key.agent_id)
-    row = conn.execute(_HEAD, params * 3).fetchone()
-    if row is None or row[1] is None:
+    row = conn.execute(_HEAD, params).fetchone()
+    if row is None:
         return EMPTY_HEAD
-    return Head(row[1], row[0], row[2] or 0)
+    return Head(row[1], row[0], row[2])
 
 
 def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
@@ -92,6 +88,9 @@ def save(
             to_us(stored.created_at),
             "\n".join(encode(m) for m in stored.messages),  # records are one line each
         ),
+    )
+    conn.execute(
+        f"UPDATE conversations SET checkpoint_version = ? WHERE {KEY}", (stored.version, *params)
     )
     return stored
 

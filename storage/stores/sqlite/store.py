@@ -378,8 +378,9 @@ class SQLiteChatStorage(BaseStore):
     # --- SequencedStorage ----------------------------------------------------------------
 
     async def head(self, key: ChatKey) -> Head:
-        """The key's head: its epoch, newest sequence number (an indexed max read) and
-        checkpoint version, in one statement (``Head(0, "", 0)`` when it holds nothing).
+        """The key's head: its epoch, newest sequence number and checkpoint version, one
+        primary-key read of the row every write updates (``Head(0, "", 0)`` when the key
+        holds nothing).
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey``.

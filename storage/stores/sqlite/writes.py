@@ -101,7 +101,7 @@ def append(
             return [], []
         first_us = min(row[4] for row in kept)
         last_us = max(row[4] for row in kept)
-    tallies.add(conn, key, len(stored), first_us, last_us)
+    tallies.add(conn, key, len(stored), first_us, last_us, seqs[-1])
     return stored, seqs
 
 
