@@ -439,6 +439,27 @@ def airline_setups(recognizer: Any) -> dict[str, Callable[[dict[str, Any]], PIIS
     return setups
 
 
+def airline_throughput(scrubber: PIIScrubber, repeat: int) -> float:
+    """Input characters per second of scrubbing every airline message (text and JSON)."""
+    conversations, _ = load_airline()
+    messages = [
+        (ChatKey("u", c["id"], "a"), ChatMessage.from_openai(m))
+        for c in conversations
+        for m in c["messages"]
+        if m["role"] != "system"
+    ]
+    chars = sum(
+        len(_field_text(single)) for _, m in messages for _, single in _fields(m.to_openai())
+    )
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for key, message in messages:
+            scrubber(message, key)
+        best = min(best, time.perf_counter() - started)
+    return chars / best
+
+
 def ner_throughput(records: Sequence[dict[str, Any]], recognizer: Any) -> float:
     texts = [r["full_text"] for r in records]
     started = time.perf_counter()
@@ -477,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nNER throughput: {ner_throughput(records, recognizer):,.0f} chars/s")
     else:
         print("\nNER: not installed (pip install 'chatlayers[ner]'): no NER columns")
+    speed = airline_throughput(scrubber, args.repeat)
+    print(f"\nAirline messages scrubbed (text + JSON, rules only): {speed:,.0f} chars/s")
     print("\nAirline conversations (tau-bench, labels in examples/data/pii/):\n")
     results = {name: score_airline(make) for name, make in airline_setups(recognizer).items()}
     print(airline_table(results))

@@ -66,6 +66,50 @@ with SyncChatStorage(open_storage("summarize::scrub::sqlite:///chats.db")) as ch
     print(reply.content)
 """
 
+LANGGRAPH = """\
+from langchain.agents import create_agent
+from storage import open_storage
+from storage.adapters import ChatlayersCheckpointer
+from storage.sync import SyncChatStorage
+
+with SyncChatStorage(open_storage("summarize::scrub::sqlite:///chats.db")) as chats:
+    agent = create_agent(my_model, my_tools, checkpointer=ChatlayersCheckpointer(chats))
+    config = {"configurable": {"thread_id": "session-1", "user_id": "user-1"}}
+    agent.invoke({"messages": [{"role": "user", "content": "Mail me: ada@example.org"}]}, config)
+    state = agent.invoke({"messages": [{"role": "user", "content": "Who am I?"}]}, config)
+    print(state["messages"][-1].content)
+"""
+
+PYDANTIC_AI = """\
+import asyncio
+from storage import ChatKey, open_storage
+from storage.adapters import PydanticAIHistory
+
+async def main(agent):
+    async with open_storage("summarize::scrub::sqlite:///chats.db") as stack:
+        history = PydanticAIHistory(stack, ChatKey("user-1", "session-1", "assistant"))
+        for prompt in ("Mail me: ada@example.org", "What did I ask?"):
+            result = await agent.run(prompt, message_history=await history.load())
+            await history.save(result.new_messages())
+        print(result.output)
+
+asyncio.run(main(my_agent))
+"""
+
+LLAMA_INDEX = """\
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import ChatMemoryBuffer
+from storage import open_storage
+from storage.adapters import LlamaIndexChatStore
+from storage.sync import SyncChatStorage
+
+with SyncChatStorage(open_storage("summarize::scrub::sqlite:///chats.db")) as chats:
+    store = LlamaIndexChatStore(chats, user_id="user-1")
+    memory = ChatMemoryBuffer.from_defaults(chat_store=store, chat_store_key="session-1")
+    memory.put(ChatMessage(role="user", content="Mail me: ada@example.org"))
+    print(memory.get()[-1].content)
+"""
+
 SYNC = """\
 from storage import ChatKey, ChatMessage, open_storage
 from storage.sync import SyncChatStorage
@@ -95,6 +139,21 @@ PRELUDES = {
         "from tests.test_adapter_langchain import _recording_chain\n"
         'my_chain = _recording_chain(["Hello Ada!"], [])\n'
     ),
+    "langgraph": (
+        "from langchain_core.messages import AIMessage\n"
+        "from tests.test_adapter_langgraph import ScriptedModel\n"
+        "my_model = ScriptedModel(messages=iter(\n"
+        "    [AIMessage('Noted.'), AIMessage('You are the one who wrote to me.')]))\n"
+        "my_tools = []\n"
+    ),
+    "pydantic_ai": (
+        "from pydantic_ai import Agent\n"
+        "from pydantic_ai.messages import ModelResponse, TextPart\n"
+        "from pydantic_ai.models.function import FunctionModel\n"
+        "my_agent = Agent(FunctionModel(lambda messages, info: ModelResponse(\n"
+        "    parts=[TextPart(f'I have {len(messages)} messages of history.')])))\n"
+    ),
+    "llama_index": "",
     "sync": "",
 }
 
@@ -104,6 +163,9 @@ EXAMPLES = [
     ),
     pytest.param("openai_agents", OPENAI_AGENTS, "It is sunny in Paris.", id="openai-agents"),
     pytest.param("langchain", LANGCHAIN, "Hello Ada!", id="langchain"),
+    pytest.param("langgraph", LANGGRAPH, "You are the one who wrote to me.", id="langgraph"),
+    pytest.param("pydantic_ai", PYDANTIC_AI, "I have 3 messages of history.", id="pydantic-ai"),
+    pytest.param("llama_index", LLAMA_INDEX, "Mail me: <EMAIL_ADDRESS_", id="llama-index"),
     pytest.param("sync", SYNC, "hello from a thread without an event loop", id="sync"),
 ]
 
@@ -136,6 +198,9 @@ def test_readme_example_runs(framework: str, code: str, expected: str, tmp_path:
             "agent_squad": "agent_squad",
             "openai_agents": "agents",
             "langchain": "langchain_core",
+            "langgraph": "langgraph",
+            "pydantic_ai": "pydantic_ai",
+            "llama_index": "llama_index.core",
         }[framework]
     )
     assert len(code.strip().splitlines()) <= 14  # a short example stays short
@@ -166,6 +231,12 @@ def test_readme_adapter_blocks_run(code: str, tmp_path: Path) -> None:
         framework = "openai_agents"
     elif "LangChainChatMessageHistory" in code:
         framework = "langchain"
+    elif "ChatlayersCheckpointer" in code:
+        framework = "langgraph"
+    elif "PydanticAIHistory" in code:
+        framework = "pydantic_ai"
+    elif "LlamaIndexChatStore" in code:
+        framework = "llama_index"
     else:
         framework = "sync"
     out = run_example(PRELUDES[framework], code, tmp_path)

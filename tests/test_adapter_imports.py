@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FRAMEWORKS = ("agent_squad", "agents", "langchain_core")
+FRAMEWORKS = ("agent_squad", "agents", "langchain_core", "langgraph", "llama_index", "pydantic_ai")
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -59,6 +59,9 @@ def test_a_missing_framework_raises_an_error_naming_the_extra() -> None:
             ("AgentSquadChatStorage", "agent-squad"),
             ("OpenAIAgentsSession", "openai-agents"),
             ("LangChainChatMessageHistory", "langchain"),
+            ("ChatlayersCheckpointer", "langgraph"),
+            ("LlamaIndexChatStore", "llama-index"),
+            ("PydanticAIHistory", "pydantic-ai"),
         ]:
             try:
                 getattr(adapters, name)

@@ -37,6 +37,7 @@ from storage.adapters.openai_agents import (
 )
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey
+from storage.protocol import ChatStorageWrapper
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 
@@ -467,8 +468,9 @@ async def test_pop_item_uses_replace_when_the_stack_has_it() -> None:
     assert store.replaced, "pop_item did not call replace"
 
 
-class _CrashingSave(InMemoryChatStorage):
-    """No ``replace``: the fallback is delete then save; a save that fails loses the key."""
+class _CrashingSave(ChatStorageWrapper):
+    """A layer without ``replace``: the fallback is delete then save; a failing save loses
+    the key."""
 
     fail = False
 
@@ -480,7 +482,7 @@ class _CrashingSave(InMemoryChatStorage):
 
 @pytest.mark.anyio
 async def test_pop_item_falls_back_to_delete_and_save_without_replace() -> None:
-    store = _CrashingSave()
+    store = _CrashingSave(InMemoryChatStorage())
     session = OpenAIAgentsSession(store, KEY)
     await session.add_items(REAL_SHAPES[:3])
     assert await session.pop_item() == REAL_SHAPES[2]

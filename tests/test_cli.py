@@ -119,9 +119,10 @@ def test_replay_json_and_idempotent(tau_db: Path, capsys: pytest.CaptureFixture[
     assert report["messages_already_stored"] == 1384
     assert rows(tau_db) == 1384
     assert report["raw"]["messages"] == 1384
-    assert report["summaries_made"] > 0  # buffers start cold in a new process
+    assert report["model_view"]["messages"] < report["raw"]["messages"]  # still summarized
+    # Nothing new was stored, so nothing new was scrubbed: PII is not counted again.
+    assert report["pii_found"] == {}
     assert report["fetch_p50_ms"] <= report["fetch_p99_ms"]
-    assert set(report["pii_found"]) >= {"EMAIL_ADDRESS"}
     assert report["database"] == str(tau_db)
 
 
@@ -356,7 +357,7 @@ def test_export_import_round_trip_sqlite_to_jsonl(
     exported = tmp_path / "tau.export.jsonl"
     code, out, err = run(capsys, "export", "--url", f"sqlite:///{tau_db}", "-o", str(exported))
     assert code == 0, err
-    assert "exported 50 conversations (1384 messages)" in out
+    assert "exported 50 conversations (1,384 messages, raw record)" in out
     lines = exported.read_text().splitlines()
     assert len(lines) == 50
     first = json.loads(lines[0])
@@ -498,7 +499,7 @@ def test_delete_user_and_one_conversation(tau_db: Path, capsys: pytest.CaptureFi
     )
     assert code == 0
     assert "deleted conversation" in out
-    assert "(1 conversations)" in out
+    assert "(1 conversation)" in out
     assert (
         run_json(capsys, "stats", "--url", url, "--user", user)["conversations"]
         == before["conversations"] - 1
@@ -510,15 +511,15 @@ def test_delete_user_and_one_conversation(tau_db: Path, capsys: pytest.CaptureFi
     total = run_json(capsys, "stats", "--url", url)
     assert total["users"] == everyone["users"] - 1
     assert total["messages"] == everyone["messages"] - before["messages"]
-    code, _, err = run(capsys, "delete", "--url", url, "--user", user, "--session", session)
+    code, _, err = run(capsys, "delete", "--url", url, "--user", user, "--agent", "assistant")
     assert code == 1
-    assert "both --session and --agent" in err
+    assert "--agent needs --session" in err
 
 
 def test_compact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "compact", "--url", f"sqlite:///{tmp_path}/c.db")
     assert code == 1
-    assert "compact works on a jsonl store" in err
+    assert "rewrites a jsonl store's files" in err
     pytest.importorskip("storage.stores.jsonl")
     url = f"jsonl://{tmp_path}/store"
     assert run(capsys, "replay", "--url", url, str(SWE))[0] == 0
@@ -535,6 +536,10 @@ class UnlistedStore(AsyncContextMixin):
     def __init__(self, url: str) -> None:
         self.url = url
         self._store = InMemoryChatStorage()  # held privately: find_ability must not see it
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> UnlistedStore:
+        return cls(url)
 
     def describe(self) -> str:
         return self.url  # the password too: the stack's redaction must hide it

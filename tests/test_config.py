@@ -598,7 +598,10 @@ def test_redact_helpers() -> None:
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
-@given(password=st.text(min_size=4, max_size=30).filter(lambda s: s.strip() == s))
+# A password that is also a substring of the username is redacted inside it too.
+@given(
+    password=st.text(min_size=4, max_size=30).filter(lambda s: s.strip() == s and s not in "user")
+)
 def test_any_password_is_redacted(password: str) -> None:
     quoted = quote(password, safe="")
     url = f"summarize?trigger_at=x::redis://user:{quoted}@localhost:6379/0"

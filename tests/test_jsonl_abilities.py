@@ -527,3 +527,15 @@ async def test_purge_runs_on_writes_at_most_once_per_interval(tmp_path: Path) ->
         clock.advance(11)
         await store.save(KEY, ChatMessage("user", "m5", created_at=ago(0)))
         assert texts(await store.fetch(KEY)) == ["m2", "m3", "m5"]
+
+
+async def test_hashed_names_are_listed_and_searched_by_their_real_ids(tmp_path: Path) -> None:
+    key = ChatKey("U" * 300, "S/" * 200, "agent")
+    async with JsonlChatStorage(tmp_path) as store:
+        await store.save(key, ChatMessage("user", "hello world", created_at=T0))
+        (info,) = (await store.list_sessions(key.user_id)).sessions
+        assert (info.session_id, info.agents, info.message_count) == (key.session_id, ("agent",), 1)
+        (hit,) = await store.search(key.user_id, "world")
+        assert hit.key == key
+        await store.save_record(key, ConversationRecord("k", {}))
+        assert await store.list_keys(user_id=key.user_id) == [key]

@@ -11,12 +11,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from storage.abilities import ConversationRecord, SummaryCheckpoint
 from storage.message import ChatKey, ChatMessage
 from storage.stores.jsonl import JsonlChatStorage
 
@@ -279,6 +282,33 @@ async def test_compact_all_and_other_instances_notice(tmp_path: Path) -> None:
     await compactor.aclose()
 
 
+async def test_leftovers_of_crashed_rewrites_are_ignored_and_cleaned(tmp_path: Path) -> None:
+    store = await fill(tmp_path, [["m0"], ["m1", "m2"]])
+    head = await store.head(KEY)
+    summary = ChatMessage("system", "s", metadata={"chatlayers": {"summary": True}})
+    made = SummaryCheckpoint((summary,), head.last_seq, head.epoch, "t", datetime.now(UTC))
+    assert await store.save_checkpoint(KEY, made, expected_version=0) is not None
+    session = data_file(tmp_path).parent
+    # What a kill -9 leaves in the middle of a replace, a checkpoint or a lease write: the
+    # temporary file, half written, never renamed.
+    (session / ".a.jsonl.tmp").write_bytes(b'{"hdr":1,"epoch":"ab"}\n{"seq":1,"v":1,"id"')
+    (session / ".a.ckpt.tmp").write_bytes(b'{"v":1,"version":9')
+    (session / ".a.lease.tmp").write_bytes(b'{"owner":')
+    async with JsonlChatStorage(tmp_path) as again:
+        assert texts(await again.fetch(KEY)) == ["m0", "m1", "m2"]
+        assert await again.head(KEY) == attrs.evolve(head, checkpoint_version=1)
+        loaded = await again.load_checkpoint(KEY)
+        assert loaded is not None
+        assert loaded.version == 1
+        assert await again.acquire_lease(KEY, "w", 5)
+        await again.replace(KEY, [ChatMessage("user", "new")])
+        assert texts(await again.fetch(KEY)) == ["new"]
+        assert not (session / ".a.jsonl.tmp").exists()  # the rewrite reused and renamed it
+        await again.delete(KEY)
+        assert not session.exists()  # every leftover went with the key
+    await store.aclose()
+
+
 # --- kill -9 ----------------------------------------------------------------------------------
 
 KILL_WORKER = r"""
@@ -407,6 +437,8 @@ async def test_readers_writer_and_compaction_agree_on_damaged_files(
                     counter += size
                     originals.extend(batch)
                     await writer.save_messages(KEY, batch)
+                    if size % 2:  # records between batches: every reader passes over them
+                        await writer.save_record(KEY, ConversationRecord("r", {"n": counter}))
 
         await append(batches)
         for op, where, size in ops:
@@ -419,6 +451,9 @@ async def test_readers_writer_and_compaction_agree_on_damaged_files(
             full = await reader.fetch(KEY)
             for limit in range(1, len(full) + 3):
                 assert await reader.fetch(KEY, limit=limit) == full[-limit:], limit
+            tail = await reader.fetch_since(KEY, 0)
+            assert list(tail.messages) == full
+            assert (await reader.head(KEY)).last_seq == (tail.seqs[-1] if full else 0)
             merged = await reader.fetch_all_chats("u", "s")
             assert [m.message for m in merged] == full
         present = {m.id for m in full}

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +31,7 @@ from storage.abilities import (
     decode_session_cursor,
     encode_session_cursor,
 )
+from storage.codec import encode
 from storage.errors import ConflictError, InvalidArgumentError, InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
@@ -674,6 +676,66 @@ async def test_writes_purge_at_most_once_per_interval(postgres_dsn: str, schema:
         clock.advance(100)
         await s.save(KEY, ChatMessage("user", "fresh too", created_at=at(0)))
         assert [m.text for m in await s.fetch(KEY)] == ["fresh", "fresh too"]
+
+
+async def _wait_for_a_lock_waiter(conn: asyncpg.Connection) -> None:
+    with anyio.fail_after(30):
+        while True:
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if waiting:
+                return
+            await anyio.lowlevel.checkpoint()
+
+
+@pytest.mark.anyio
+async def test_purge_takes_key_locks_before_session_rows_so_it_cannot_deadlock(
+    postgres_dsn: str, schema: str, conn: asyncpg.Connection
+) -> None:
+    """A writer holding the last agent's key lock, then wanting the session's summary row,
+    while a purge of 12 agents of the session runs: the purge waits for that key before it
+    touches the session row (a loop that refreshed the session per key, fetching keys 10 at
+    a time, deadlocked here), so the writer finishes and then the purge does."""
+    clock = FakeClock()
+    old = datetime.fromtimestamp(clock.now - 3600, UTC)
+    keys = [ChatKey("ana", "s", f"a{n:02d}") for n in range(12)]
+    second = keys[-1]
+    async with PostgresChatStorage(
+        postgres_dsn, schema=schema, retention=60, clock=clock, purge_interval=10**6
+    ) as s:
+        assert await s.purge() == 0  # now the writes below do not purge
+        for key in keys:
+            await s.save(key, ChatMessage("user", "old", created_at=old))
+        late = ChatMessage("user", "new", created_at=datetime.fromtimestamp(clock.now, UTC))
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.fetchrow(f"SELECT * FROM {s.names.qualified('f_lock')}('ana', 's', 'a11')")
+        purged: list[int] = []
+
+        async def purge() -> None:
+            purged.append(await s.purge())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(purge)
+            await _wait_for_a_lock_waiter(conn)  # the purge waits for b's key
+            await conn.fetchval(  # now the writer wants the session row: free
+                s._sql.save,
+                "ana",
+                "s",
+                "a11",
+                [late.id],
+                [late.created_at],
+                [encode(late)],
+                ["new"],
+                None,
+                False,
+            )
+            await transaction.commit()
+        assert purged == [12]
+        assert [m.text for m in await s.fetch(second)] == ["new"]
+        assert (await s.list_sessions("ana")).sessions[0].agents == ("a11",)
 
 
 @pytest.mark.anyio

@@ -81,8 +81,9 @@ async def _observe(store: Any, run: str) -> list[Any]:
     seen: list[Any] = []
     for user in USERS:
         seen.append(await _pages(store, user + run))
-        hits = await store.search(user + run, "alpha beta")
-        seen.append([(h.key, h.message.id, h.snippet) for h in hits])
+        hits = await store.search(user + run, "alpha beta", limit=50)
+        # Hits of equal score may come in either order (a store's own tie order).
+        seen.append(sorted((-round(h.score, 9), str(h.key), h.message.id, h.snippet) for h in hits))
         for session in SESSIONS:
             for agent in AGENTS:
                 key = ChatKey(user + run, session, agent)

@@ -146,3 +146,58 @@ async def test_two_instances_survive_a_server_restart(
         assert (
             sum(s.message_count for s in sessions) == sum(len(v) for v in acknowledged.values()) + 4
         )
+
+
+@pytest.mark.anyio
+async def test_cluster_node_restart(tmp_path: Path) -> None:
+    """A Cluster node killed mid-run: its sessions are unavailable (StorageUnavailableError),
+    the other nodes' keep working, and after its restart nothing acknowledged is lost."""
+    import redis as sync_redis
+    from redis.crc import key_slot
+
+    from tests.servers import RedisCluster
+
+    cluster = RedisCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        async with RedisChatStorage(cluster.url, prefix="node", cluster=True) as s:
+            keys = [ChatKey("u", f"s{n}", "a") for n in range(12)]
+            for n, key in enumerate(keys):
+                await s.save_messages(key, turn(n, 0))
+
+            # The victim: a node holding some of the sessions but not the user's index (a
+            # write also updates the index, so the index's node must be up for this user's
+            # writes; sessions on the other nodes keep working).
+            def holds(port: int, name: str) -> bool:
+                client = sync_redis.Redis(host="127.0.0.1", port=port)
+                try:
+                    slot = key_slot(name.encode())
+                    return bool(client.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+                finally:
+                    client.close()
+
+            index = s.layout.index("u")[0]
+            victim = next(n for n in cluster.nodes if not holds(n.port, index))
+            on_victim = [k for k in keys if holds(victim.port, s.layout.key(k).messages)]
+            assert on_victim
+            assert len(on_victim) < len(keys)
+            await anyio.to_thread.run_sync(victim.kill)
+            with pytest.raises(StorageUnavailableError):
+                await s.save_messages(on_victim[0], turn(99, 1))
+            elsewhere = next(k for k in keys if k not in on_victim)
+            assert len(await s.save_messages(elsewhere, turn(98, 1))) == 4
+            await anyio.to_thread.run_sync(victim.start)
+            for attempt in range(50):  # the client rediscovers the node (bounded)
+                try:
+                    await s.save_messages(on_victim[0], turn(99, 1))
+                    break
+                except StorageUnavailableError:
+                    if attempt == 49:
+                        raise
+            for n, key in enumerate(keys):
+                ids = [m.id for m in await s.fetch(key)]
+                assert ids[:4] == [m.id for m in turn(n, 0)]
+            assert [m.id for m in await s.fetch(on_victim[0])][4:] == [m.id for m in turn(99, 1)]
+            assert len((await s.list_sessions("u")).sessions) == 12
+    finally:
+        cluster.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,6 +29,7 @@ from storage.errors import (  # noqa: E402
     StorageUnavailableError,
 )
 from storage.message import ChatKey, ChatMessage  # noqa: E402
+from storage.redact import redact_url  # noqa: E402
 from storage.stores.redis import RedisChatStorage  # noqa: E402
 from tests.server_scenarios import (  # noqa: E402
     check_concurrent_result,
@@ -515,3 +516,60 @@ def test_url_options_and_redaction() -> None:
 def test_bad_config_raises_config_error(url: str, options: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
         RedisChatStorage(url, **options)  # type: ignore[arg-type]
+
+
+def test_from_url_keeps_driver_options_in_the_url_and_redacts() -> None:
+    url = "redis://user:pw-secret@h:1/2?prefix=p1&ttl=30d&socket_timeout=3"
+    s = RedisChatStorage.from_url(url, prefix="p2", cluster=False)
+    assert (s.prefix, s.ttl, s.cluster) == ("p2", 30 * 86400, False)  # options win
+    assert s.describe() == f"{redact_url(url)} (prefix='p2', ttl=2592000s)"
+    assert "pw-secret" not in s.describe()
+    kwargs = cast(Any, s._client).connection_pool.connection_kwargs
+    assert (kwargs["db"], kwargs["socket_timeout"], kwargs["password"]) == (2, 3.0, "pw-secret")
+    assert "prefix" not in kwargs
+    with pytest.raises(ConfigError, match="did you mean 'prefix'"):
+        RedisChatStorage.from_url("redis://h/0?prefx=p")
+    with pytest.raises(ConfigError, match="did you mean 'socket_timeout'"):
+        RedisChatStorage.from_url("redis://h/0?socket_timeot=3")
+    hidden = RedisChatStorage.from_url("redis://h/0", password="kw-secret-value")
+    assert "kw-secret-value" in hidden._secrets
+
+
+@pytest.mark.anyio
+async def test_delete_user_erases_data_of_the_previous_layout(
+    store: RedisChatStorage, raw: redis.Redis
+) -> None:
+    """Sessions listed only in the old per-user SET (written by an older release) are
+    erased by delete_user too."""
+    p = store.prefix
+    raw.sadd(f"{p}:{{old}}:s", "s1")
+    raw.sadd(f"{p}:{{old:s1}}:a", "a")
+    raw.rpush(f"{p}:{{old:s1}}:m:a", b'1 {"v":1,"id":"x","at":"2024-05-01T00:00:00+00:00"}')
+    raw.sadd(f"{p}:{{old:s1}}:i:a", "x")
+    raw.set(f"{p}:{{old:s1}}:n", 1)
+    await store.delete_user("old")
+    assert _keys(raw, p) == []
+
+
+@pytest.mark.anyio
+async def test_cluster_crash_between_write_and_index_update_leaves_data_listed(
+    redis_cluster_url: str,
+) -> None:
+    """A worker dying after its session script but before its index update: the session was
+    registered first, so it is listed (by its new message's time) and delete_user erases it."""
+    async with RedisChatStorage(redis_cluster_url, prefix=_prefix(), cluster=True) as s:
+        key = ChatKey("u", "s", "a")
+        at = datetime(2024, 5, 1, tzinfo=UTC)
+
+        async def crash(*args: object) -> None:
+            raise StorageUnavailableError("worker died")
+
+        s._reindex = crash  # type: ignore[method-assign]
+        with pytest.raises(StorageUnavailableError):
+            await s.save(key, ChatMessage("user", "x", created_at=at))
+        del s._reindex
+        (info,) = (await s.list_sessions("u")).sessions
+        assert (info.session_id, info.message_count, info.last_at) == ("s", 1, at)
+        await s.delete_user("u")
+        assert await s.fetch(key) == []
+        assert (await s.list_sessions("u")).sessions == ()

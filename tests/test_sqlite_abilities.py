@@ -474,9 +474,7 @@ async def test_from_url_and_describe(tmp_path: Path) -> None:
     store = SQLiteChatStorage.from_url(f"sqlite:///{tmp_path}/x.db?retention=30d", retention="30d")
     assert store.path == f"{tmp_path}/x.db"
     assert store.retention == 30 * 86400
-    assert (
-        store.describe() == f"sqlite:///{tmp_path}/x.db (synchronous=normal, retention=2.592e+06s)"
-    )
+    assert store.describe() == f"sqlite:///{tmp_path}/x.db (synchronous=normal, retention=30d)"
     assert SQLiteChatStorage.from_url("sqlite://:memory:").path == ":memory:"
     assert SQLiteChatStorage("/abs/x.db").describe() == "sqlite:////abs/x.db (synchronous=normal)"
     with pytest.raises(ConfigError, match=re.escape("sqlite:///x.db")):
@@ -567,3 +565,21 @@ async def test_stored_messages_round_trip_through_checkpoint_and_tail(path: Path
         loaded = await store.load_checkpoint(KEY)
         assert loaded == stored
         assert loaded.messages[0].to_openai() == rich.to_openai()
+
+
+async def test_search_indexes_a_backlog_in_bounded_transactions(path: Path) -> None:
+    from storage.stores.sqlite import fts
+
+    async with SQLiteChatStorage(path) as store:
+        await store.save_messages(KEY, [msg(f"backlog item {n}") for n in range(12)])
+        conn = store._conn
+        assert fts.stale(conn)
+        assert fts.indexed_to(conn) == 0
+        conn.execute("BEGIN IMMEDIATE")
+        fts.catch_up(conn, most=5)
+        conn.execute("COMMIT")
+        tail = await store.fetch_since(KEY, 0)
+        assert fts.indexed_to(conn) == tail.seqs[4]  # five rows, one transaction
+        assert len(await store.search("u", "backlog", limit=50)) == 12
+        assert not fts.stale(conn)
+        assert fts.indexed_to(conn) == tail.head.last_seq

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.abilities import ReplaceableStorage, find_ability
+from storage.errors import InvalidMessageError
 from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
@@ -34,14 +35,23 @@ async def raw_history(stack: ChatStorage, key: ChatKey) -> list[ChatMessage]:
 async def rewrite(stack: ChatStorage, key: ChatKey, messages: Sequence[ChatMessage]) -> bool:
     """Make ``messages`` the key's whole record; ``True`` when it was one atomic ``replace``.
 
+    A history ``replace`` refuses (it validates the whole history, ``save`` only each
+    message) is rewritten by delete then save, like a stack without ``replace``.
+
     Raises:
         InvalidMessageError: a message is invalid (nothing changed).
         StorageUnavailableError: the backend cannot be reached.
     """
     replaceable = find_ability(stack, ReplaceableStorage)
     if replaceable is not None:
-        await replaceable.replace(key, list(messages))
-        return True
+        try:
+            await replaceable.replace(key, list(messages))
+            return True
+        except InvalidMessageError:
+            # ``replace`` checks a whole history (a system message only first); ``save``
+            # stores any valid message, so a record some framework wrote (OpenAI Agents
+            # items with a developer message mid-way) may not pass: rewrite it the long way.
+            pass
     batch = prepare_batch(list(messages))  # refuse bad input before deleting anything
     await stack.delete(key)
     if batch:

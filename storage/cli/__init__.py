@@ -75,7 +75,8 @@ class _Parser(argparse.ArgumentParser):
             if not flag.startswith("-") or flag in known or flag == "-":
                 continue
             close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-            out.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+            if close:
+                out.append(f"{flag} (did you mean {close[0]}?)")
         return out
 
     def error(self, message: str) -> NoReturn:

@@ -84,6 +84,15 @@ def _retention(stack: Stack) -> timedelta | None:
     return None
 
 
+def _duration(value: timedelta) -> str:
+    """``30d``, ``12h``, ``90s``: a retention as the user would write it."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 async def _expired(stack: Stack, cutoff: datetime) -> tuple[int, int]:
     """``(messages, conversations)`` older than ``cutoff`` (a scan, for --dry-run)."""
     messages = conversations = 0
@@ -106,7 +115,7 @@ async def _cmd_purge(args: argparse.Namespace, out: Output, stack: Stack) -> int
     now = datetime.now(UTC)
     messages, conversations = await _expired(stack, now - retention)
     summary = (
-        f"{plural(messages, 'message')} older than {retention} "
+        f"{plural(messages, 'message')} older than {_duration(retention)} "
         f"in {plural(conversations, 'conversation')}"
     )
     if args.dry_run:
@@ -121,7 +130,7 @@ async def _cmd_purge(args: argparse.Namespace, out: Output, stack: Stack) -> int
     if out.json_mode:
         out.json({"messages_deleted": deleted, "conversations": conversations})
     else:
-        out.text(f"purged {plural(deleted, 'message')} older than {retention}")
+        out.text(f"purged {plural(deleted, 'message')} older than {_duration(retention)}")
     return 0
 
 
@@ -147,20 +156,20 @@ async def _cmd_compact(args: argparse.Namespace, out: Output, stack: Stack) -> i
                 "compacting a conversation needs a summarizing layer (summarize::...); "
                 f"this stack is {' | '.join(stack.describe().splitlines())}"
             )
-        result = await layer.compact(key, summary=args.summary)
+        view = await layer.compact(key, summary=args.summary)
+        size = len(view) if isinstance(view, list) else None
+        raw = len(await stack.base.fetch(key))
         if out.json_mode:
-            out.json({"compacted": str(key), "result": _plain(result)})
+            out.json({"compacted": str(key), "view_messages": size, "raw_messages": raw})
         else:
             how = "with the given summary" if args.summary is not None else "by the summarizer"
-            out.text(f"compacted {key} {how}")
+            shown = plural(size, "message") if size is not None else "?"
+            out.text(
+                f"compacted {key} {how}: the model view is now {shown} "
+                f"(the raw record keeps {plural(raw, 'message')})"
+            )
         return 0
     return await _repair_jsonl(out, stack)
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 async def _repair_jsonl(out: Output, stack: Stack) -> int:

@@ -41,7 +41,8 @@ class ReplayReport:
         raw_tokens: tokens of the raw records (``None`` when no tokenizer is available).
         view_tokens: tokens of the model views (``None`` likewise).
         fetch_seconds: the latency of every fetch, in seconds.
-        pii: PII found, by entity, by the stack's scrubbing layers.
+        pii: PII found, by entity, by the stack's scrubbing layers in the messages this replay
+            stored (a message already stored is not counted again).
         summaries_made: summaries made by the stack's summarizing layers.
         scrubbing: the stack has a scrubbing layer.
         summarizing: the stack has a summarizing layer.
@@ -97,6 +98,8 @@ async def replay(
     perf = time.perf_counter
     count = _token_counter(model)
     raw_tokens = view_tokens = 0
+    start_counts = _pii_counts(stack)
+    repeated: Counter[str] = Counter()
     for conversation in conversations:
         key = conversation.key
         if fresh:
@@ -104,9 +107,14 @@ async def replay(
         messages = conversation.messages
         view: list[ChatMessage] = []
         for index, message in enumerate(messages):
+            before = _pii_counts(stack)
             stored = await stack.save(key, message)
             report.messages_stored += len(stored)
             report.messages_skipped += 1 - len(stored)
+            if not stored:
+                # Already stored (a re-run): the scrubber scanned it again, but that PII was
+                # counted when it was first stored.
+                repeated.update(_pii_counts(stack) - before)
             last = index == len(messages) - 1
             if last or messages[index + 1].role == "assistant":
                 start = perf()
@@ -125,7 +133,18 @@ async def replay(
     report.raw_tokens = raw_tokens if count is not None else None
     report.view_tokens = view_tokens if count is not None else None
     _count_layer_work(stack, report)
+    report.pii = report.pii - start_counts - repeated
     return report
+
+
+def _pii_counts(stack: Stack) -> Counter[str]:
+    """PII found so far by the stack's scrubbing layers, by entity."""
+    total: Counter[str] = Counter()
+    for component in stack.components():
+        counts = getattr(getattr(component, "transform", None), "counts", None)
+        if isinstance(counts, Mapping):
+            total.update(counts)
+    return total
 
 
 def _token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:

@@ -93,7 +93,7 @@ def _plan(spec: ComponentSpec, reg: Registry, secrets: set[str]) -> _Plan:
     for name, value in options.items():
         param = declared.get(name)
         if param is None:
-            if from_url and name in spec.url_options:
+            if from_url and name in spec.url_options and not did_you_mean(name, declared):
                 continue  # a driver parameter (sslmode=...): the store reads it from the URL
             if not open_kwargs:
                 allowed = ", ".join(sorted(declared)) or "none"
@@ -163,7 +163,8 @@ def _construct(plan: _Plan, secrets: set[str], *inner: Any) -> Any:
     try:
         return plan.factory(*inner, *plan.args, **kwargs)
     except ConfigError as exc:
-        error = scrubbed_error(ConfigError, f"{plan.spec.label}: {exc}", exc, secrets)
+        text = str(exc) if str(exc).startswith(plan.spec.label) else f"{plan.spec.label}: {exc}"
+        error = scrubbed_error(ConfigError, text, exc, secrets)
     except ChatStorageError as exc:
         error = scrubbed_error(type(exc), str(exc), exc, secrets)
     except ImportError as exc:

@@ -1,1 +1,15 @@
-"""Layers: stores that wrap another store and change what passes through."""
+"""Layers: stores that wrap another store and change what passes through.
+
+- :mod:`storage.layers.transforming`: ``TransformingChatStorage(inner, transform)`` rewrites
+  or drops each message on every write path (saves, ``replace``, ``save_messages_if``,
+  checkpoint messages);
+- :mod:`storage.layers.scrubbing`: the ``scrub`` layer, a transforming layer running
+  ``PIIScrubber``;
+- :mod:`storage.layers.summarizing`: ``SummarizingChatStorage``, summarized views of long
+  histories over an untouched raw record.
+
+Every layer subclasses ``storage.protocol.ChatStorageWrapper`` (every protocol method
+forwarded explicitly) and opts into each optional ability with its ``Forward*`` mixin from
+:mod:`storage.abilities` (or implements it, when it must change what passes); an ability a
+layer does not declare is hidden from the whole stack (``find_ability``).
+"""

@@ -20,6 +20,21 @@ What it gives a store (so the five stores cannot drift apart):
 
 Adding a store: subclass, set ``scheme``, implement the hooks and ``from_url``, add one line
 to the registry (``storage.config.registry``).
+
+URL helpers (:mod:`storage.stores.urls`): a file store calls ``path_from_url(url, scheme,
+options=options)`` (SQLAlchemy's ``sqlite:///rel`` / ``sqlite:////abs`` / ``sqlite://:memory:``,
+``jsonl://rel`` / ``jsonl:///abs``; query parameters other than its options refused); a server
+store gives its driver ``drop_query(url, options)``; ``check_query`` refuses unknown ones.
+
+Time, one convention for every store and layer: a ``clock`` constructor option,
+``Callable[[], float]`` returning seconds since the Unix epoch (default ``time.time``). It is
+read for lease expiry, the retention cut-off (``datetime.fromtimestamp(clock(), UTC)``) and
+``purge_interval``; tests inject :class:`storage.testing.FakeClock`. Durations in options
+(``retention="30d"``, ``purge_interval="1h"``) go through
+:func:`storage.durations.parse_duration`. A server store whose leases or TTLs live on the
+server uses the server's clock for those and says so. Shared argument checks of the
+abilities (``fetch_since``'s ``after``, leases, cursors, records, checkpoints) are in
+:mod:`storage.stores.checks`; scan search and snippets in :mod:`storage.search`.
 """
 
 from __future__ import annotations

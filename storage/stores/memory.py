@@ -214,7 +214,21 @@ class InMemoryChatStorage(BaseStore):
                         [conversation.messages[i] for i in keep],
                         [conversation.seqs[i] for i in keep],
                     )
+        if removed:
+            self._drop_all_empty()
         return removed
+
+    def _drop_all_empty(self) -> None:
+        for user_id in list(self._users):
+            sessions = self._users[user_id]
+            for session_id in list(sessions):
+                agents = sessions[session_id]
+                for agent_id in [a for a, c in agents.items() if not c.messages and not c.records]:
+                    del agents[agent_id]
+                if not agents:
+                    del sessions[session_id]
+            if not sessions:
+                del self._users[user_id]
 
     def _drop_empty(self, key: ChatKey) -> None:
         sessions = self._users.get(key.user_id, {})

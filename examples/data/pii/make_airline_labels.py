@@ -29,6 +29,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
 OUT = HERE / "tau_airline_pii_labels.jsonl"
+# People named only in a user turn (no tool call or result has them), found by reading every
+# capitalised word inside a user sentence that the tool traffic does not explain.
+MANUAL: dict[str, dict[str, set[str]]] = {
+    "tau_airline_gpt4o_task009_trial0": {"PERSON": {"Aarav", "Evelyn"}},
+}
 
 
 def _objects(value: Any) -> Iterator[dict[str, Any]]:
@@ -101,6 +106,8 @@ def values(conversation: dict[str, Any]) -> dict[str, set[str]]:
                 found["EMAIL_ADDRESS"].add(obj["email"])
             if isinstance(obj.get("user_id"), str):
                 found["USER_ID"].add(obj["user_id"])
+    for entity, extra in MANUAL.get(conversation["id"], {}).items():
+        found[entity] |= extra
     return found
 
 

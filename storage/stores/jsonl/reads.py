@@ -40,7 +40,7 @@ from storage.stores.jsonl.tree import agent_of
 
 log = logging.getLogger(__package__)  # one logger for the whole store
 
-_FIRST_CHUNK: Final = 16384
+_FIRST_CHUNK: Final = 4096
 
 # --- warnings ---------------------------------------------------------------------------------
 
@@ -207,7 +207,10 @@ def read_back(
     skipped: list[int] = []
     tail_start = -1  # offset just past the newest valid line
     pos = os.fstat(fd).st_size
-    chunk = min(max(_FIRST_CHUNK, (limit or 32) * 512), 1 << 20)
+    # Sized for ``limit`` lines; a tail after ``after`` (a cache catching up) is usually short.
+    # Splitting the chunk into lines is most of a short read's cost, so it is sized for
+    # ``limit`` lines (about 768 bytes each), doubling while more are needed.
+    chunk = _FIRST_CHUNK if after or limit is None else min(max(_FIRST_CHUNK, limit * 768), 1 << 20)
     carry = b""
     next_ok = False
     next_seq = 0

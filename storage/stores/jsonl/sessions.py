@@ -4,10 +4,11 @@ Each session directory may hold ``.summary``: for each data file, what a scan of
 to some offset (message count, oldest and newest ``created_at``) and the file's identity
 there (device, inode, the bytes just before that offset)::
 
-    {"v":1,"files":{"a.jsonl":[dev,ino,end,"<hex of the bytes before end>",count,min_us,max_us]}}
+    {"v":1,"files":{"a.jsonl":[dev,ino,size,end,"<hex: bytes before end>",count,min_us,max_us]}}
 
 Writers never touch it, so saves cost nothing more. A reader checks each entry against the
-file (``stat``, one ``pread``) and scans only the bytes appended since (lines are parsed
+file (its ``stat``: an append-only file of unchanged inode and size is unchanged; else one
+``pread`` of the bytes before ``end``) and scans only the bytes appended since (lines are parsed
 cheaply, heads and times only, never decoded into messages); any mismatch (a rewrite, a
 deletion, a truncation) rescans that file. Listing a user's sessions therefore costs a
 directory walk of the user's sessions, a ``stat`` and a small read per conversation, and a
@@ -28,7 +29,7 @@ import attrs
 from storage.stores.jsonl.fsutil import O_READ, write_atomic
 from storage.stores.jsonl.lines import parse_time, read_lines, scan
 from storage.stores.jsonl.locks import WouldBlock, flock
-from storage.stores.jsonl.names import SUMMARY_NAME, Paths
+from storage.stores.jsonl.names import DATA_SUFFIX, SUMMARY_NAME, Paths
 
 _FORMAT: Final = 1
 _CHECK: Final = 32  # bytes before ``end`` that must be unchanged for an entry to stand
@@ -42,10 +43,12 @@ def from_us(us: int) -> datetime:
 
 @attrs.frozen(slots=True)
 class FileSummary:
-    """What a scan of one data file found up to ``end`` (``count`` 0: no message)."""
+    """What a scan of one data file found up to ``end`` (``count`` 0: no message), when the
+    file had ``size`` bytes."""
 
     dev: int
     ino: int
+    size: int
     end: int
     check: bytes
     count: int
@@ -56,6 +59,7 @@ class FileSummary:
         return [
             self.dev,
             self.ino,
+            self.size,
             self.end,
             self.check.hex(),
             self.count,
@@ -65,15 +69,15 @@ class FileSummary:
 
     @classmethod
     def from_row(cls, row: object) -> FileSummary | None:
-        if not isinstance(row, list) or len(row) != 7:
+        if not isinstance(row, list) or len(row) != 8:
             return None
-        dev, ino, end, check, count, lo, hi = row
-        if not all(type(v) is int for v in (dev, ino, end, count, lo, hi)):
+        dev, ino, size, end, check, count, lo, hi = row
+        if not all(type(v) is int for v in (dev, ino, size, end, count, lo, hi)):
             return None
         if not isinstance(check, str):
             return None
         try:
-            return cls(dev, ino, end, bytes.fromhex(check), count, lo, hi)
+            return cls(dev, ino, size, end, bytes.fromhex(check), count, lo, hi)
         except ValueError:
             return None
 
@@ -95,13 +99,18 @@ def read_summary(session_dir: str) -> dict[str, FileSummary]:
     return out
 
 
-def summarize_file(path: str, previous: FileSummary | None) -> FileSummary | None:
+def summarize_file(
+    path: str, previous: FileSummary | None, listed: tuple[int, int, int] | None = None
+) -> FileSummary | None:
     """The summary of a data file, extended from ``previous`` when it still stands
-    (``None`` when the file is missing).
+    (``None`` when the file is missing). ``listed`` is the file's ``(dev, ino, size)`` from
+    the directory listing: when it matches ``previous`` the file is not opened.
 
     Raises:
         OSError: the file exists but cannot be read.
     """
+    if previous is not None and listed == (previous.dev, previous.ino, previous.size):
+        return previous  # files are only appended to or replaced by rename
     try:
         fd = os.open(path, O_READ)
     except FileNotFoundError:
@@ -115,7 +124,7 @@ def summarize_file(path: str, previous: FileSummary | None) -> FileSummary | Non
             or os.pread(fd, len(base.check), base.end - len(base.check)) != base.check
         ):
             base = None
-        if base is not None and base.end == st.st_size:
+        if base is not None and base.size == st.st_size:
             return base
         start = base.end if base is not None else 0
         found = scan(read_lines(fd, start, st.st_size), parse_time)
@@ -133,27 +142,43 @@ def summarize_file(path: str, previous: FileSummary | None) -> FileSummary | Non
         end = max(found.last_valid_end, start)
         take = min(_CHECK, end)
         check = os.pread(fd, take, end - take) if take else b""
-        return FileSummary(st.st_dev, st.st_ino, end, check, count, lo, hi)
+        return FileSummary(st.st_dev, st.st_ino, st.st_size, end, check, count, lo, hi)
     finally:
         os.close(fd)
 
 
-def summarize_session(
-    session_dir: str, files: list[tuple[str, str, int]]
-) -> tuple[dict[str, FileSummary], bool]:
-    """The summary of every data file of a session (``files`` from ``tree.session_files``)
-    and whether it differs from the cached one.
+def summarize_session(session_dir: str) -> tuple[dict[str, FileSummary], bool]:
+    """The summary of every data file of a session and whether it differs from the cached
+    one.
 
     Raises:
         OSError: a file exists but cannot be read.
     """
     cached = read_summary(session_dir)
     out: dict[str, FileSummary] = {}
-    for name, path, _ in files:
-        entry = summarize_file(path, cached.get(name))
+    for name, path, listed in data_files(session_dir):
+        entry = summarize_file(path, cached.get(name), listed)
         if entry is not None:
             out[name] = entry
     return out, out != cached
+
+
+def data_files(session_dir: str) -> list[tuple[str, str, tuple[int, int, int]]]:
+    """``(name, path, (dev, ino, size))`` of every data file of a session directory."""
+    out = []
+    try:
+        entries = list(os.scandir(session_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        name = entry.name
+        if name.endswith(DATA_SUFFIX) and not name.startswith("."):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            out.append((name, entry.path, (st.st_dev, st.st_ino, st.st_size)))
+    return out
 
 
 def store_summary(paths: Paths, summary: dict[str, FileSummary]) -> None:

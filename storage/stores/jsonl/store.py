@@ -604,28 +604,27 @@ class JsonlChatStorage(BaseStore):
 
     def _sessions_sync(self, user_id: str) -> list[SessionInfo]:
         out = []
-        for user_dir, session_dir, _ in all_sessions(self.root, user_id):
-            files = session_files(session_dir)
-            summary, changed = summarize_session(session_dir, files)
+        user_dir = os.path.join(self.root, encode_name(user_id))
+        for name in listdir(user_dir):
+            session_dir = os.path.join(user_dir, name)
+            summary, changed = summarize_session(session_dir)
             if changed:
                 store_summary(session_paths(user_dir, session_dir), summary)
             agents, count, lo, hi = [], 0, 0, 0
-            for name, entry in summary.items():
+            for file_name, entry in summary.items():
                 if not entry.count:
                     continue
-                agent = agent_of(session_dir, name)
+                agent = agent_of(session_dir, file_name)
                 if agent is None:
                     continue
                 agents.append(agent)
                 lo = entry.min_us if not count else min(lo, entry.min_us)
                 hi = entry.max_us if not count else max(hi, entry.max_us)
                 count += entry.count
-            session_id = session_of(session_dir, [name for name, _, _ in files])
-            if count and session_id is not None:
-                info = SessionInfo(
-                    session_id, tuple(sorted(agents)), count, from_us(lo), from_us(hi)
-                )
-                out.append(info)
+            session_id = session_of(session_dir, list(summary)) if count else None
+            if session_id is not None:
+                agents.sort()
+                out.append(SessionInfo(session_id, tuple(agents), count, from_us(lo), from_us(hi)))
         return out
 
     # --- SearchableStorage ---------------------------------------------------------------
@@ -750,8 +749,7 @@ class JsonlChatStorage(BaseStore):
     def _purge_sync(self, cutoff_us: int) -> int:
         removed = 0
         for user_dir, session_dir, _ in all_sessions(self.root):
-            files = session_files(session_dir)
-            summary, changed = summarize_session(session_dir, files)
+            summary, changed = summarize_session(session_dir)
             old = [n for n, e in summary.items() if e.count and e.min_us < cutoff_us]
             paths = session_paths(user_dir, session_dir)
             if not old:

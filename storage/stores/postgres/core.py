@@ -52,6 +52,10 @@ def _duration(what: str, value: object) -> float | None:
     return seconds
 
 
+async def _no_session_state(connection: object) -> None:
+    """The pool's ``reset``: nothing to undo (see ``PostgresCore.__init__``)."""
+
+
 class PostgresCore(BaseStore):
     """Conversations in PostgreSQL through an asyncpg pool (see the package docstring).
 
@@ -139,6 +143,11 @@ class PostgresCore(BaseStore):
             "command_timeout": timeout,
             **connect_options,
         }
+        if "reset" in inspect.signature(asyncpg.create_pool).parameters:  # asyncpg >= 0.30
+            # The store leaves no session state (no SET, LISTEN, cursor or session advisory
+            # lock), so a connection goes back to the pool without asyncpg's reset query:
+            # one round trip less per call. asyncpg still rolls back an open transaction.
+            self._pool_options.setdefault("reset", _no_session_state)
         self.names = Names(self.schema, self.table)
         self._sql = Statements.build(self.names)
         self._pool: asyncpg.Pool | None = None

@@ -4,11 +4,12 @@ Each write is one call, so one round trip and one implicit transaction:
 
 - ``<table>_lock_key(u, s, a)``: the key's row in ``<table>_keys``, created on first use and
   locked ``FOR UPDATE``. Every writer of a key queues on this lock, so a batch gets
-  contiguous sequence numbers (``last_seq + 1 .. n``) and numbers follow commit order: a
+  consecutive sequence numbers (``last_seq + 1 .. n``) and numbers follow commit order: a
   reader tailing a key by sequence never misses a row committed later with a smaller number.
   Each statement after it runs on a fresh snapshot (READ COMMITTED), so it sees everything
   committed before the lock was granted.
-- ``<table>_save(...)``: append a batch (ids already stored skipped), or with ``p_replace``
+- ``<table>_save(...)``: append a batch (ids already stored skipped: their numbers stay
+  unused, so a retried batch can leave a gap, never a reordering), or with ``p_replace``
   replace the whole record under a new epoch (the checkpoint dropped); with ``p_expected``
   refuse with SQLSTATE ``CL409`` unless the key's version (``epoch.last_seq``) is that.
 - ``<table>_save_record``, ``<table>_delete``, ``<table>_delete_user``, ``<table>_purge``,
@@ -84,20 +85,16 @@ BEGIN
         UPDATE {{keys}} SET epoch = v_epoch, message_count = 0, first_at = NULL,
             last_at = NULL WHERE {_KEY};
     END IF;
-    -- Ids stored already (a retry): one probe of the unique id index per id. A separate
-    -- statement, so no join plan can turn it into a scan of the key's rows.
-    SELECT array_agg(message_id) INTO v_ids FROM {{t}}
-    WHERE {_KEY} AND message_id = ANY (p_ids);
-    WITH fresh AS (
-        SELECT m.id, m.at, m.rec, m.words, m.n
-        FROM unnest(p_ids, p_ats, p_records, p_words) WITH ORDINALITY AS m(id, at, rec, words, n)
-        WHERE v_ids IS NULL OR m.id <> ALL (v_ids)
-    ), ins AS (
+    -- An id stored already (a retry) is skipped by its unique index (the conflict arbiter:
+    -- always an index probe, whatever the planner's statistics), leaving its number unused.
+    WITH ins AS (
         INSERT INTO {{t}} (user_id, session_id, agent_id, key_seq, message_id, created_at,
                          record, search)
-        SELECT p_user, p_session, p_agent, v_last + row_number() OVER (ORDER BY fresh.n),
-               fresh.id, fresh.at, fresh.rec, to_tsvector('simple', fresh.words)
-        FROM fresh ORDER BY fresh.n
+        SELECT p_user, p_session, p_agent, v_last + m.n, m.id, m.at, m.rec,
+               to_tsvector('simple', m.words)
+        FROM unnest(p_ids, p_ats, p_records, p_words) WITH ORDINALITY AS m(id, at, rec, words, n)
+        ORDER BY m.n
+        ON CONFLICT (user_id, session_id, agent_id, message_id) DO NOTHING
         RETURNING key_seq, message_id, created_at
     )
     SELECT array_agg(message_id ORDER BY key_seq), count(*), max(key_seq), min(created_at),
@@ -136,16 +133,17 @@ DECLARE
     v_last bigint;
 BEGIN
     SELECT o_last INTO v_last FROM {{f_lock}}(p_user, p_session, p_agent);
-    RETURN QUERY SELECT key_seq, created_at, record FROM {{records}}
-        WHERE {_KEY} AND record_id = p_id;
-    IF FOUND THEN
-        RETURN;
-    END IF;
     INSERT INTO {{records}} (user_id, session_id, agent_id, key_seq, record_id, kind,
                            created_at, record)
-    VALUES (p_user, p_session, p_agent, v_last + 1, p_id, p_kind, p_at, p_record);
-    UPDATE {{keys}} SET last_seq = v_last + 1 WHERE {_KEY};
-    RETURN QUERY SELECT v_last + 1, p_at, p_record;
+    VALUES (p_user, p_session, p_agent, v_last + 1, p_id, p_kind, p_at, p_record)
+    ON CONFLICT (user_id, session_id, agent_id, record_id) DO NOTHING;
+    IF FOUND THEN
+        UPDATE {{keys}} SET last_seq = v_last + 1 WHERE {_KEY};
+        RETURN QUERY SELECT v_last + 1, p_at, p_record;
+    ELSE  -- stored already: the stored one
+        RETURN QUERY SELECT key_seq, created_at, record FROM {{records}}
+            WHERE {_KEY} AND record_id = p_id;
+    END IF;
 END $fn$"""
 
 _DELETE: Final = f"""
@@ -179,34 +177,46 @@ _PURGE: Final = """
 CREATE OR REPLACE FUNCTION {f_purge}(p_before timestamptz) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    v_deleted bigint := 0; v_n bigint; k record;
+    v_deleted bigint := 0; v_n bigint; v_users text[]; v_sessions text[]; v_agents text[];
+    v_user text; v_session text; v_agent text;
 BEGIN
-    FOR k IN
-        SELECT kk.user_id, kk.session_id, kk.agent_id FROM {keys} kk
-        WHERE (kk.user_id, kk.session_id, kk.agent_id) IN (
+    -- Every affected key's row locked first, in key order, before any session row: the
+    -- lock order of every writer, so purges, saves and deletes never deadlock.
+    SELECT array_agg(kk.user_id ORDER BY kk.user_id, kk.session_id, kk.agent_id),
+           array_agg(kk.session_id ORDER BY kk.user_id, kk.session_id, kk.agent_id),
+           array_agg(kk.agent_id ORDER BY kk.user_id, kk.session_id, kk.agent_id)
+    INTO v_users, v_sessions, v_agents
+    FROM (
+        SELECT k.user_id, k.session_id, k.agent_id FROM {keys} k
+        WHERE (k.user_id, k.session_id, k.agent_id) IN (
             SELECT m.user_id, m.session_id, m.agent_id FROM {t} m
             WHERE m.created_at < p_before)
-        ORDER BY kk.user_id, kk.session_id, kk.agent_id
-        FOR UPDATE OF kk
-    LOOP
-        DELETE FROM {t} WHERE user_id = k.user_id AND session_id = k.session_id
-            AND agent_id = k.agent_id AND created_at < p_before;
+        ORDER BY k.user_id, k.session_id, k.agent_id
+        FOR UPDATE OF k
+    ) kk;
+    FOR i IN 1 .. coalesce(array_length(v_users, 1), 0) LOOP
+        v_user := v_users[i]; v_session := v_sessions[i]; v_agent := v_agents[i];
+        DELETE FROM {t} WHERE user_id = v_user AND session_id = v_session
+            AND agent_id = v_agent AND created_at < p_before;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_deleted := v_deleted + v_n;
-        DELETE FROM {checkpoints} WHERE user_id = k.user_id AND session_id = k.session_id
-            AND agent_id = k.agent_id;
-        UPDATE {keys} kk SET epoch = gen_random_uuid()::text,
+        DELETE FROM {checkpoints} WHERE user_id = v_user AND session_id = v_session
+            AND agent_id = v_agent;
+        UPDATE {keys} k SET epoch = gen_random_uuid()::text,
             (message_count, first_at, last_at) = (
                 SELECT count(*), min(created_at), max(created_at) FROM {t} m
-                WHERE m.user_id = k.user_id AND m.session_id = k.session_id
-                  AND m.agent_id = k.agent_id)
-        WHERE kk.user_id = k.user_id AND kk.session_id = k.session_id
-          AND kk.agent_id = k.agent_id;
-        DELETE FROM {keys} kk WHERE kk.user_id = k.user_id AND kk.session_id = k.session_id
-            AND kk.agent_id = k.agent_id AND kk.message_count = 0
-            AND NOT EXISTS (SELECT 1 FROM {records} r WHERE r.user_id = k.user_id
-                AND r.session_id = k.session_id AND r.agent_id = k.agent_id);
-        PERFORM {f_refresh}(k.user_id, k.session_id);
+                WHERE m.user_id = v_user AND m.session_id = v_session
+                  AND m.agent_id = v_agent)
+        WHERE k.user_id = v_user AND k.session_id = v_session AND k.agent_id = v_agent;
+        DELETE FROM {keys} k WHERE k.user_id = v_user AND k.session_id = v_session
+            AND k.agent_id = v_agent AND k.message_count = 0
+            AND NOT EXISTS (SELECT 1 FROM {records} r WHERE r.user_id = v_user
+                AND r.session_id = v_session AND r.agent_id = v_agent);
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(v_users, 1), 0) LOOP
+        IF i = 1 OR v_users[i] <> v_users[i - 1] OR v_sessions[i] <> v_sessions[i - 1] THEN
+            PERFORM {f_refresh}(v_users[i], v_sessions[i]);
+        END IF;
     END LOOP;
     RETURN v_deleted;
 END $fn$"""

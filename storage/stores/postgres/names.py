@@ -85,10 +85,6 @@ class Names:
         """``"schema"."<table><suffix>"`` for a table or function placeholder name."""
         return f"{ident(self.schema)}.{ident(self.table + _SUFFIXES[what])}"
 
-    def regclass(self, what: str) -> str:
-        """The text ``to_regclass`` takes for a table placeholder name."""
-        return self.qualified(what)
-
     def template(self) -> dict[str, str]:
         """``{t}``, ``{keys}``, ..., ``{by_key}``, ...: what SQL templates are formatted with
         (index names are unqualified: an index lives in its table's schema)."""

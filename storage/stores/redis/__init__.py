@@ -9,8 +9,9 @@ Modules, one concept each: :mod:`.layout` (key names and the layout table), :mod
 session shares the hash tag ``{U:S}`` (one Cluster slot): a batch is stored whole or not at
 all, contiguous in its key's list, and numbered from the session's counter inside the same
 script, so a key's sequence order is its commit order (a reader tailing by sequence never
-misses a message committed later with a smaller number). ``fetch`` is one ``LRANGE``;
-``head`` one ``HMGET``; ``fetch_since`` one script.
+misses a message committed later with a smaller number). ``fetch`` is one script (an
+``LRANGE`` whose entries come back joined in one string); ``head`` one ``HMGET``;
+``fetch_since`` one script.
 
 **The user's session index** (``P:{U}:x``, a sorted set by last activity) lives in another
 slot. On a single server the session scripts update it themselves. On a Cluster a write
@@ -20,7 +21,9 @@ runs its script, then shows the session's new state in the index; each state car
 version (the server's clock in µs, kept increasing), and the index takes only newer ones,
 so concurrent writers and deleters converge on the newest state. A crash between the steps
 can leave an entry for an empty session (skipped by ``list_sessions``) or a session ordered
-by its previous activity until its next write, never unlisted data.
+by its previous activity until its next write, never unlisted data. Costs: a save is one
+round trip on a single server and three on a Cluster (register, script, index), and a
+Cluster write needs the node of the user's index up as well as the session's.
 
 **Erasure.** ``delete`` removes every key of the conversation (messages, ids, head,
 checkpoint, records, lease) and its index entry when the session is empty; ``delete_user``
@@ -30,6 +33,10 @@ append-only file until it is rewritten. After an erasure that must reach the dis
 ``BGREWRITEAOF`` (and let the next ``BGSAVE`` replace the old snapshot), and expire old
 backups and replicas' files the same way; chatlayers cannot do that for you, since it is a
 server-wide operation.
+
+**Search** scans the user's own sessions (found in the index, one atomic read per session,
+pipelined on a single server) with :func:`storage.search.scan_search`: its cost grows with
+the user's messages, never with other users'.
 
 **Retention.** Redis has no ``retention`` period: its ``ttl`` option expires every key of a
 session ``ttl`` after the session's last write, and :meth:`RedisChatStorage.purge` returns 0.

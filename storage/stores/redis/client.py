@@ -121,8 +121,9 @@ class ScriptClient:
     async def eval_many(
         self, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
     ) -> list[Any]:
-        """Run ``script`` once per ``(keys, args)``: one pipelined round trip on a single
-        server; one call after the other on a Cluster (each may be on another node)."""
+        """Run a *read-only* ``script`` once per ``(keys, args)``: one pipelined round trip
+        on a single server (the whole pipeline runs again after NOSCRIPT, which only a
+        read may do); one call after the other on a Cluster (each may be on another node)."""
         if not calls:
             return []
         client = await self.ready()

@@ -16,7 +16,7 @@ from storage.durations import parse_duration
 from storage.errors import ConfigError, ConflictError, InvalidArgumentError, StorageUnavailableError
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
-from storage.redact import redact_text, redact_url, secrets_of_url
+from storage.redact import redact_text, redact_url, secrets_of_options, secrets_of_url
 from storage.stores.base import BaseStore, SessionRow
 from storage.stores.redis import scripts
 from storage.stores.redis.client import (
@@ -122,9 +122,7 @@ class RedisCore(BaseStore):
             raise ConfigError(f"not a redis:// or rediss:// URL: {redact_url(str(url))!r}")
         self.url = redact_url(url)
         self.display_url = self.url
-        self._secrets = secrets_of_url(url) | {
-            str(v) for k, v in client_options.items() if "pass" in k and v
-        }
+        self._secrets = secrets_of_url(url) | secrets_of_options(client_options)
         query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
         check_query(url, "redis", OWN_OPTIONS | driver_query_names(redis))
         if prefix is None:
@@ -271,7 +269,12 @@ class RedisCore(BaseStore):
 
     async def _delete_user(self, user_id: str) -> None:
         encoded_user = part("user_id", user_id)
-        for member in await self._members(user_id):
+        # The layout before the index kept a user's sessions in the SET "P:{U}:s": erase
+        # those too, so data written by an older release is never left behind.
+        legacy = f"{self.prefix}:{{{encoded_user}}}:s"
+        client = await self._redis.ready()
+        old = {m.decode("ascii") for m in cast(set[bytes], await client.smembers(legacy))}
+        for member in sorted(set(await self._members(user_id)) | old):
             base = self.layout.base(encoded_user, member)
             version = await self._redis.eval(
                 scripts.DELETE_SESSION,
@@ -279,6 +282,8 @@ class RedisCore(BaseStore):
                 [base, member, self._ttl],
             )
             await self._reindex(user_id, member, int(version), 0, False)
+        if old:
+            await client.delete(legacy)
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -267,7 +267,8 @@ return {v, st, exists and 1 or 0}
 """,
 )
 
-# KEYS: a, s [, x, y]. ARGV: base, session member, ttl_ms. Erases the whole session.
+# KEYS: a, s [, x, y]. ARGV: base, session member, ttl_ms. Erases the whole session (also
+# the counter "P:{U:S}:n" of the layout before checkpoints, records and the index).
 # Returns the index version of the (now empty) session.
 DELETE_SESSION: Final = _script(
     "delete_session",
@@ -278,7 +279,7 @@ for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     b .. 'c:' .. agent, b .. 'r:' .. agent, b .. 'l:' .. agent)
 end
 local v = bump(KEYS[2])
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], ARGV[1] .. 'n')
 if KEYS[3] then index(KEYS[3], KEYS[4], ARGV[2], v, 0, false, tonumber(ARGV[3])) end
 return v
 """,

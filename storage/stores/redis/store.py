@@ -319,12 +319,18 @@ class RedisChatStorage(RedisCore):
             base = self.layout.base(user, member)
             calls.append(([f"{base}a"], [base]))
         replies = await self._redis.eval_many(scripts.FETCH_SESSION, calls)
+        # Oldest activity first, each session in save order: a tie goes to the later item.
         items: list[tuple[ChatKey, ChatMessage]] = []
         for member, reply in zip(members, replies, strict=True):
             session_id = decode_part(member)
+            rows: list[tuple[int, ChatKey, bytes]] = []
             for n in range(0, len(reply), 2):
                 key = ChatKey(user_id, session_id, decode_part(reply[n]))
-                items += [(key, decode(entry(raw)[1])) for raw in entries(reply[n + 1])]
+                for raw in entries(reply[n + 1]):
+                    seq, record = entry(raw)
+                    rows.append((seq, key, record))
+            rows.sort(key=lambda row: row[0])
+            items += [(key, decode(record)) for _, key, record in rows]
         return scan_search(query, items, limit=limit)
 
     # --- RecordStorage -------------------------------------------------------------------

@@ -23,17 +23,22 @@ from storage.stores.sqlite.writes import from_us, to_us
 __all__ = ["EMPTY_HEAD", "acquire", "head", "load", "release", "save"]
 
 EMPTY_HEAD: Final = Head(0, "", 0)
-# The key's tallies row holds its head (kept in the transaction of every write).
-_HEAD: Final = f"SELECT epoch, last_seq, checkpoint_version FROM conversations WHERE {KEY}"
+# The newest sequence number from the messages index (so it is right whoever wrote the row),
+# with the epoch and checkpoint version from the key's tallies row: two lookups, one statement.
+_HEAD: Final = (
+    "SELECT (SELECT seq FROM messages WHERE user_id = c.user_id AND session_id = c.session_id "
+    "AND agent_id = c.agent_id ORDER BY seq DESC LIMIT 1), c.epoch, c.checkpoint_version "
+    f"FROM conversations c WHERE {KEY}"
+)
 
 
 def head(conn: sqlite3.Connection, key: ChatKey) -> Head:
     """The key's head (``Head(0, "", 0)`` when it holds no message)."""
     params = (key.user_id, key.session_id, key.agent_id)
     row = conn.execute(_HEAD, params).fetchone()
-    if row is None:
+    if row is None or row[0] is None:
         return EMPTY_HEAD
-    return Head(row[1], row[0], row[2])
+    return Head(row[0], row[1], row[2])
 
 
 def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:

@@ -47,6 +47,13 @@ __all__ = [
 
 _INSERT: Final = "INSERT INTO messages_fts (rowid, words, owner) VALUES (?, ?, ?)"
 _MARK: Final = "SELECT value FROM meta WHERE name = 'fts_indexed_to'"
+# bm25 weights: the words count, the owner token does not.
+_SEARCH: Final = (
+    "SELECT m.seq, m.session_id, m.agent_id, m.record, bm25(messages_fts, 1.0, 0.0) AS score "
+    "FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid "
+    "WHERE messages_fts MATCH ? AND m.user_id = ? "
+    "ORDER BY score, m.created_us DESC, m.seq DESC LIMIT ?"
+)
 
 
 def owner_token(user_id: str) -> str:
@@ -79,16 +86,17 @@ def indexed_to(conn: sqlite3.Connection) -> int:
     return int(mark)
 
 
-def catch_up(conn: sqlite3.Connection) -> None:
-    """Index every message above the mark (inside a write transaction)."""
+def catch_up(conn: sqlite3.Connection, most: int = 5000) -> None:
+    """Index up to ``most`` messages above the mark (inside a write transaction; call again
+    while :func:`stale`, so a large backlog never holds the write lock for long)."""
     mark = indexed_to(conn)
-    cursor = conn.execute(
-        "SELECT seq, user_id, record FROM messages WHERE seq > ? ORDER BY seq", (mark,)
-    )
-    while chunk := cursor.fetchmany(1000):
-        index_rows(conn, [(seq, user, decode(record)) for seq, user, record in chunk])
-        mark = chunk[-1][0]
-    conn.execute("UPDATE meta SET value = ? WHERE name = 'fts_indexed_to'", (mark,))
+    rows = conn.execute(
+        "SELECT seq, user_id, record FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",
+        (mark, most),
+    ).fetchall()
+    if rows:
+        index_rows(conn, [(seq, user, decode(record)) for seq, user, record in rows])
+        conn.execute("UPDATE meta SET value = ? WHERE name = 'fts_indexed_to'", (rows[-1][0],))
 
 
 def stale(conn: sqlite3.Connection) -> bool:
@@ -108,6 +116,15 @@ def unindex(conn: sqlite3.Connection, where: str, params: Sequence[object]) -> N
 def erase(conn: sqlite3.Connection) -> None:
     """Merge the index into one segment, so removed words are nowhere in it any more."""
     conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+
+
+def search(
+    conn: sqlite3.Connection, user_id: str, terms: Sequence[str], limit: int
+) -> list[tuple[int, str, str, str, float]]:
+    """``(seq, session_id, agent_id, record, bm25)`` of ``user_id``'s best ``limit`` messages
+    holding any of ``terms``, best first (bm25 ascending, then the newer message); call
+    :func:`catch_up` first when :func:`stale`."""
+    return conn.execute(_SEARCH, (match_query(user_id, terms), user_id, limit)).fetchall()
 
 
 def match_query(user_id: str, terms: Sequence[str]) -> str:

@@ -6,8 +6,7 @@ AUTOINCREMENT``, so a sequence number is never reused) and its two indexes.
 Version 2 adds, beside it:
 
 - ``conversations``: one row per key holding messages (its epoch, message count, first and
-  last ``created_at``, newest sequence number, checkpoint version), kept in the same
-  transaction as every write, so a key's head is one primary-key read;
+  last ``created_at``, checkpoint version), kept in the same transaction as every write;
 - ``sessions``: one row per (user, session) with the totals of its keys, indexed by
   (user, newest activity) so ``list_sessions`` is an index range read, whatever the number
   of messages;
@@ -57,7 +56,6 @@ _V2: Final = (
         message_count INTEGER NOT NULL,
         first_us INTEGER NOT NULL,
         last_us INTEGER NOT NULL,
-        last_seq INTEGER NOT NULL,
         checkpoint_version INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (user_id, session_id, agent_id)
     ) WITHOUT ROWID""",
@@ -114,7 +112,7 @@ _V2: Final = (
     "words, owner, tokenize = \"ascii tokenchars '_'\")",
     # Tallies of the messages a version-1 database holds (the first search indexes them).
     "INSERT OR IGNORE INTO conversations SELECT user_id, session_id, agent_id, "
-    "lower(hex(randomblob(8))), count(*), min(created_us), max(created_us), max(seq), 0 "
+    "lower(hex(randomblob(8))), count(*), min(created_us), max(created_us), 0 "
     "FROM messages GROUP BY user_id, session_id, agent_id",
     "INSERT OR IGNORE INTO sessions SELECT user_id, session_id, sum(message_count), "
     "min(first_us), max(last_us) FROM conversations GROUP BY user_id, session_id",

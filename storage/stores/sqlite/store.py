@@ -24,7 +24,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Final, Literal, Self
 
 from storage.abilities import (
@@ -52,10 +51,10 @@ from storage.stores.checks import (
     check_page_limit,
     check_record,
 )
-from storage.stores.sqlite import checkpoints, fts, records, sessions, tallies
-from storage.stores.sqlite.schema import check_version, migrate
+from storage.stores.sqlite import checkpoints, fts, records, retention, sessions, tallies
+from storage.stores.sqlite.connection import connect
 from storage.stores.sqlite.tallies import KEY
-from storage.stores.sqlite.writes import append, to_us, transaction, wipe_wal
+from storage.stores.sqlite.writes import append, remove, to_us, transaction, wipe_wal
 from storage.stores.urls import path_from_url
 
 __all__ = ["SQLiteChatStorage", "Synchronous"]
@@ -81,15 +80,15 @@ _ROWS_LAST = (
 _RECORDS = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq"
 _RECORDS_LAST = f"SELECT record FROM messages WHERE {KEY} ORDER BY seq DESC LIMIT ?"
 _SINCE = f"SELECT seq, record FROM messages WHERE {KEY} AND seq > ? ORDER BY seq"
-_SESSION = (
-    "SELECT seq, agent_id, created_us, record FROM messages WHERE user_id = ? AND session_id = ?"
-)
-_SEARCH = (
-    "SELECT m.seq, m.session_id, m.agent_id, m.record, bm25(messages_fts, 1.0, 0.0) AS score "
-    "FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid "
-    "WHERE messages_fts MATCH ? AND m.user_id = ? "
-    "ORDER BY score, m.created_us DESC, m.seq DESC LIMIT ?"
-)
+_SESSION = "SELECT seq, agent_id, record FROM messages WHERE user_id = ? AND session_id = ?"
+
+
+def _duration(seconds: float) -> str:
+    """``2592000.0`` → ``"30d"``, as people write durations (``90.5`` → ``"90.5s"``)."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 class SQLiteChatStorage(BaseStore):
@@ -200,41 +199,14 @@ class SQLiteChatStorage(BaseStore):
     def _open(self) -> sqlite3.Connection:
         if self._closed:
             raise StorageUnavailableError(f"{self.describe()}: the store is closed")
-        on_disk = self.path != ":memory:" and not self.path.startswith("file:")
-        conn: sqlite3.Connection | None = None
-        try:
-            if on_disk and not os.path.exists(self.path):
-                if not self.create:
-                    raise StorageUnavailableError(
-                        f"no SQLite database at {self.path!r} (create=False)"
-                    )
-                Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                # Chat history holds personal data: owner-only, like the JSONL store's files.
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, cached_statements=128
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            # Read the version before anything writes (journal_mode writes the header).
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            check_version(version, self.describe())
-            if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            conn.execute("PRAGMA secure_delete = ON")
-            migrate(conn, self.describe())
-        except (sqlite3.Error, OSError) as exc:
-            if conn is not None:
-                conn.close()
-            raise StorageUnavailableError(
-                f"cannot open SQLite database {self.path!r}: {exc}"
-            ) from exc
-        except BaseException:
-            if conn is not None:
-                conn.close()
-            raise
-        self._db = conn
-        return conn
+        self._db = connect(
+            self.path,
+            create=self.create,
+            busy_timeout=self.busy_timeout,
+            synchronous=self.synchronous,
+            where=self.describe(),
+        )
+        return self._db
 
     def _location(self) -> str:
         return "sqlite://:memory:" if self.path == ":memory:" else f"sqlite:///{self.path}"
@@ -242,7 +214,7 @@ class SQLiteChatStorage(BaseStore):
     def _describe_options(self) -> str:
         options = f"synchronous={self.synchronous}"
         if self.retention is not None:
-            options += f", retention={self.retention:g}s"
+            options += f", retention={_duration(self.retention)}"
         return options
 
     async def _close(self) -> None:
@@ -316,16 +288,16 @@ class SQLiteChatStorage(BaseStore):
 
     async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
         rows = self._conn.execute(_SESSION, (user_id, session_id)).fetchall()
-        messages = self._cache.decode_rows((seq, record) for seq, _, _, record in rows)
+        messages = self._cache.decode_rows((seq, record) for seq, _, record in rows)
         return [
             (m.created_at or datetime.min.replace(tzinfo=UTC), seq, agent_id, m)
-            for (seq, agent_id, _, _), m in zip(rows, messages, strict=True)
+            for (seq, agent_id, _), m in zip(rows, messages, strict=True)
         ]
 
     async def _delete(self, key: ChatKey) -> None:
         params = (key.user_id, key.session_id, key.agent_id)
         with transaction(self._conn) as conn:
-            seqs = self._remove_messages(conn, KEY, params)
+            seqs = remove(conn, KEY, params)
             for table in ("conversations", "checkpoints", "leases", "records"):
                 conn.execute(f"DELETE FROM {table} WHERE {KEY}", params)
             tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
@@ -334,31 +306,11 @@ class SQLiteChatStorage(BaseStore):
 
     async def _delete_user(self, user_id: str) -> None:
         with transaction(self._conn) as conn:
-            seqs = self._remove_messages(conn, "user_id = ?", (user_id,))
+            seqs = remove(conn, "user_id = ?", (user_id,))
             for table in ("conversations", "sessions", "checkpoints", "leases", "records"):
                 conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
         self._cache.discard(seqs)
         self._erase(conn)
-
-    def _remove_messages(
-        self, conn: sqlite3.Connection, where: str, params: Sequence[object], *, erase: bool = True
-    ) -> list[int]:
-        """Delete the messages ``WHERE where`` and their index rows (merging the index when
-        ``erase``, so their words are gone from it); their sequence numbers."""
-        seqs = [
-            seq
-            for (seq,) in conn.execute(
-                f"SELECT seq FROM messages WHERE {where} ORDER BY seq", params
-            )
-        ]
-        if seqs:
-            indexed = seqs[0] <= fts.indexed_to(conn)  # ascending: the rowid order
-            if indexed:
-                fts.unindex(conn, where, params)
-            conn.execute(f"DELETE FROM messages WHERE {where}", params)
-            if indexed and erase:
-                fts.erase(conn)
-        return seqs
 
     async def _list_keys(self, user_id: str | None, session_id: str | None) -> Iterable[ChatKey]:
         clauses: list[str] = []
@@ -378,9 +330,9 @@ class SQLiteChatStorage(BaseStore):
     # --- SequencedStorage ----------------------------------------------------------------
 
     async def head(self, key: ChatKey) -> Head:
-        """The key's head: its epoch, newest sequence number and checkpoint version, one
-        primary-key read of the row every write updates (``Head(0, "", 0)`` when the key
-        holds nothing).
+        """The key's head in one statement: the newest sequence number (an indexed max read)
+        with the epoch and checkpoint version (a primary-key read); ``Head(0, "", 0)`` when
+        the key holds nothing.
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey``.
@@ -488,7 +440,7 @@ class SQLiteChatStorage(BaseStore):
         params = (key.user_id, key.session_id, key.agent_id)
         with transaction(self._conn) as conn:
             # Not an erasure: the search index is merged by later deletes, not here.
-            seqs = self._remove_messages(conn, KEY, params, erase=False)
+            seqs = remove(conn, KEY, params, erase=False)
             conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
             conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
             stored: list[ChatMessage] = []
@@ -561,10 +513,10 @@ class SQLiteChatStorage(BaseStore):
         check_key_part("user_id", user_id)
         terms = check_search_args(query, limit)
         conn = self._conn
-        if fts.stale(conn):
+        while fts.stale(conn):  # index what was saved since the last search
             with transaction(conn):
                 fts.catch_up(conn)
-        rows = conn.execute(_SEARCH, (fts.match_query(user_id, terms), user_id, limit)).fetchall()
+        rows = fts.search(conn, user_id, terms, limit)
         wanted = set(terms)
         hits = []
         for (_, session_id, agent_id, _, score), message in zip(
@@ -636,23 +588,9 @@ class SQLiteChatStorage(BaseStore):
         self._last_purge = now.timestamp()
         cutoff = to_us(now - timedelta(seconds=self.retention))
         with transaction(self._conn) as conn:
-            # The tallies say which keys hold old messages: no scan of the messages table.
-            keys = conn.execute(
-                "SELECT user_id, session_id, agent_id FROM conversations WHERE first_us < ?",
-                (cutoff,),
-            ).fetchall()
-            if not keys:
-                return 0
-            seqs: list[int] = []
-            for key in keys:
-                seqs += self._remove_messages(
-                    conn, f"{KEY} AND created_us < ?", (*key, cutoff), erase=False
-                )
-                conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", key)
-            if seqs and min(seqs) <= fts.indexed_to(conn):
-                fts.erase(conn)
-            tallies.refresh_keys(conn, keys)
-            tallies.refresh_sessions(conn, {(user, session) for user, session, _ in keys})
+            seqs = retention.purge(conn, cutoff)
+        if not seqs:
+            return 0
         self._cache.discard(seqs)
         self._erase(conn)
         return len(seqs)

@@ -20,11 +20,10 @@ KEY: Final = "user_id = ? AND session_id = ? AND agent_id = ?"
 
 _ADD_KEY: Final = (
     "INSERT INTO conversations (user_id, session_id, agent_id, epoch, message_count, first_us, "
-    "last_us, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "last_us) VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (user_id, session_id, agent_id) DO UPDATE "
     "SET message_count = message_count + excluded.message_count, "
-    "first_us = min(first_us, excluded.first_us), last_us = max(last_us, excluded.last_us), "
-    "last_seq = max(last_seq, excluded.last_seq)"
+    "first_us = min(first_us, excluded.first_us), last_us = max(last_us, excluded.last_us)"
 )
 _ADD_SESSION: Final = (
     "INSERT INTO sessions (user_id, session_id, message_count, first_us, last_us) "
@@ -39,15 +38,10 @@ def new_epoch() -> str:
     return os.urandom(8).hex()
 
 
-def add(
-    conn: sqlite3.Connection, key: ChatKey, count: int, first_us: int, last_us: int, last_seq: int
-) -> None:
-    """Count ``count`` new messages of ``key`` created between ``first_us`` and ``last_us``,
-    the newest numbered ``last_seq``."""
+def add(conn: sqlite3.Connection, key: ChatKey, count: int, first_us: int, last_us: int) -> None:
+    """Count ``count`` new messages of ``key`` created between ``first_us`` and ``last_us``."""
     user, session = key.user_id, key.session_id
-    conn.execute(
-        _ADD_KEY, (user, session, key.agent_id, new_epoch(), count, first_us, last_us, last_seq)
-    )
+    conn.execute(_ADD_KEY, (user, session, key.agent_id, new_epoch(), count, first_us, last_us))
     conn.execute(_ADD_SESSION, (user, session, count, first_us, last_us))
 
 
@@ -55,16 +49,14 @@ def refresh_keys(conn: sqlite3.Connection, keys: Iterable[tuple[str, str, str]])
     """Recount keys that lost messages (their checkpoints deleted): a new epoch, or no row
     when none is left."""
     for key in keys:
-        count, first, last, last_seq = conn.execute(
-            "SELECT count(*), min(created_us), max(created_us), max(seq) FROM messages "
-            f"WHERE {KEY}",
-            key,
+        count, first, last = conn.execute(
+            f"SELECT count(*), min(created_us), max(created_us) FROM messages WHERE {KEY}", key
         ).fetchone()
         if count:
             conn.execute(
                 "UPDATE conversations SET epoch = ?, message_count = ?, first_us = ?, "
-                f"last_us = ?, last_seq = ?, checkpoint_version = 0 WHERE {KEY}",
-                (new_epoch(), count, first, last, last_seq, *key),
+                f"last_us = ?, checkpoint_version = 0 WHERE {KEY}",
+                (new_epoch(), count, first, last, *key),
             )
         else:
             conn.execute(f"DELETE FROM conversations WHERE {KEY}", key)

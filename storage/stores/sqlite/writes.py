@@ -17,9 +17,19 @@ from typing import Final
 from storage.codec import encode
 from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
-from storage.stores.sqlite import tallies
+from storage.stores.sqlite import fts, tallies
 
-__all__ = ["EPOCH", "MICRO", "append", "from_us", "next_seq", "to_us", "transaction", "wipe_wal"]
+__all__ = [
+    "EPOCH",
+    "MICRO",
+    "append",
+    "from_us",
+    "next_seq",
+    "remove",
+    "to_us",
+    "transaction",
+    "wipe_wal",
+]
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MICRO: Final = timedelta(microseconds=1)
@@ -101,8 +111,28 @@ def append(
             return [], []
         first_us = min(row[4] for row in kept)
         last_us = max(row[4] for row in kept)
-    tallies.add(conn, key, len(stored), first_us, last_us, seqs[-1])
+    tallies.add(conn, key, len(stored), first_us, last_us)
     return stored, seqs
+
+
+def remove(
+    conn: sqlite3.Connection, where: str, params: Sequence[object], *, erase: bool = True
+) -> list[int]:
+    """Delete the messages ``WHERE where`` and their search-index rows (inside a write
+    transaction), merging the index when ``erase`` so their words are gone from it; returns
+    their sequence numbers, ascending. Tallies are the caller's."""
+    seqs = [
+        seq
+        for (seq,) in conn.execute(f"SELECT seq FROM messages WHERE {where} ORDER BY seq", params)
+    ]
+    if seqs:
+        indexed = seqs[0] <= fts.indexed_to(conn)
+        if indexed:
+            fts.unindex(conn, where, params)
+        conn.execute(f"DELETE FROM messages WHERE {where}", params)
+        if indexed and erase:
+            fts.erase(conn)
+    return seqs
 
 
 def next_seq(conn: sqlite3.Connection) -> int:

@@ -1,0 +1,57 @@
+"""Opening the SQLite store's database: file mode, pragmas, version check, migration."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from storage.errors import StorageUnavailableError
+from storage.stores.sqlite.schema import check_version, migrate
+
+__all__ = ["connect"]
+
+
+def connect(
+    path: str, *, create: bool, busy_timeout: float, synchronous: str, where: str
+) -> sqlite3.Connection:
+    """A connection to ``path`` with the store's pragmas, migrated to the current schema.
+
+    A new file is created with mode 0600 (missing parent directories 0700): chat history
+    holds personal data. The schema version is read before anything is written (setting
+    the journal mode writes the file's header), so a newer database is never touched.
+
+    Raises:
+        StorageUnavailableError: the file cannot be opened or is not a SQLite database, or
+            it does not exist and ``create`` is false.
+        SchemaVersionError: the database was written by a newer chatlayers.
+    """
+    on_disk = path != ":memory:" and not path.startswith("file:")
+    conn: sqlite3.Connection | None = None
+    try:
+        if on_disk and not os.path.exists(path):
+            if not create:
+                raise StorageUnavailableError(f"no SQLite database at {path!r} (create=False)")
+            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, cached_statements=128
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        check_version(version, where)
+        if path != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        # Deleted rows and freed pages are overwritten with zeros (erasure, see writes.py).
+        conn.execute("PRAGMA secure_delete = ON")
+        migrate(conn, where)
+    except (sqlite3.Error, OSError) as exc:
+        if conn is not None:
+            conn.close()
+        raise StorageUnavailableError(f"cannot open SQLite database {path!r}: {exc}") from exc
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    return conn
