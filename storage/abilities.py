@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -62,6 +62,12 @@ __all__ = [
 ]
 
 A = TypeVar("A")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _message_tuple(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    return tuple(messages)
 
 # --- value types ---------------------------------------------------------------------------
 
@@ -121,7 +127,7 @@ class SummaryCheckpoint:
         version: 1 for a key's first checkpoint, +1 for each one after; set by the store.
     """
 
-    messages: tuple[ChatMessage, ...] = attrs.field(converter=tuple)
+    messages: tuple[ChatMessage, ...] = attrs.field(converter=_message_tuple)
     covers_to: int
     epoch: str
     summarizer: str
@@ -515,7 +521,7 @@ class ForwardRetention:
 
 def encode_session_cursor(last_at: datetime, session_id: str) -> str:
     """The opaque cursor after the session ``(last_at, session_id)`` (keyset pagination)."""
-    us = int(last_at.astimezone(UTC).timestamp() * 1_000_000)
+    us = (last_at - _EPOCH) // _MICROSECOND  # exact: a float would round some values
     raw = json.dumps([us, session_id], ensure_ascii=True, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode("ascii")).decode("ascii").rstrip("=")
 

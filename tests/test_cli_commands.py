@@ -21,7 +21,7 @@ import pytest
 from storage.cli import COMMAND_MODULES, build_parser, main
 from storage.cli.confirm import confirm
 from storage.cli.registry import command, registered
-from storage.cli.transcript import fence
+from storage.cli.transcript import fence, markdown_conversation
 from storage.config import open_storage
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage, ToolCall
@@ -286,9 +286,16 @@ def test_export_markdown_transcript(db: Path, capsys: pytest.CaptureFixture[str]
     assert "exported 1 conversation (4 messages, model view)" in err
 
 
-def test_fences_cannot_be_closed_by_content() -> None:
+def test_content_cannot_break_the_transcript_structure() -> None:
     assert fence("a ``` b") == "````\na ``` b\n````"
     assert fence("plain", "json") == "```json\nplain\n```"
+    key = ChatKey("u", "s", "a")
+    text = markdown_conversation(key, [ChatMessage("system", "# Policy\n## Rules\nno #tag")], "v")
+    assert "\\# Policy\n\\## Rules\nno #tag" in text
+    assert [line for line in text.splitlines() if line.startswith("#")] == [
+        "## u / s / a",
+        "### system · time unknown",
+    ]
 
 
 def test_export_json_documents_import_back(

@@ -258,6 +258,10 @@ def test_config_and_redaction() -> None:
     assert s.dsn == "postgresql://me:***@h/db?schema=x&sslmode=disable"
     assert "schema" not in s._dsn
     assert "sslmode=disable" in s._dsn
+    pooled = PostgresChatStorage("postgresql://h/db?max_size=3&timeout=2.5&min_size=0")
+    assert pooled._pool_options["max_size"] == 3
+    assert (pooled._pool_options["min_size"], pooled._pool_options["timeout"]) == (0, 2.5)
+    assert pooled._dsn == "postgresql://h/db"
 
 
 def test_from_url_keeps_driver_query_and_redacts() -> None:
@@ -293,6 +297,7 @@ def test_from_url_refuses_other_schemes(url: str) -> None:
         ("postgresql://h/db", {"retention": "soon"}),
         ("postgresql://h/db", {"retention": 0}),
         ("postgresql://h/db?retention=-1d", {}),
+        ("postgresql://h/db?max_size=many", {}),
     ],
 )
 def test_bad_config_raises_config_error(dsn: str, options: dict[str, object]) -> None:

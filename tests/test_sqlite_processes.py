@@ -33,8 +33,8 @@ WORKER = r"""
 import json, os, sys
 from datetime import datetime, timezone
 import anyio
-from storage.abilities import SummaryCheckpoint
-from storage.message import ChatKey, ChatMessage
+from storage.abilities import ConversationRecord, SummaryCheckpoint
+from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.sqlite import SQLiteChatStorage
 
 path, proc, mode, go, out, turns = sys.argv[1:7]
@@ -54,6 +54,14 @@ async def main():
                 for i in range(4)
             ]
             assert len(await store.save_messages(KEY, turn)) == 4
+    elif mode == "approve":  # an assistant asks for a tool; the user approves it
+        call = ToolCall("call-7", "refund", '{"amount": 30}')
+        await store.save_messages(KEY, [
+            ChatMessage("user", "refund me", created_at=T0),
+            ChatMessage("assistant", None, tool_calls=(call,), created_at=T0),
+        ])
+        data = {"tool_call_id": call.id, "decision": "approved"}
+        result["seq"] = (await store.save_record(KEY, ConversationRecord("tool_approval", data))).seq
     else:  # "race": one lease, one compare-and-set, among all processes
         result["lease"] = await store.acquire_lease(KEY, f"p{proc}", 600)
         head = await store.head(KEY)
@@ -157,3 +165,23 @@ async def test_one_lease_and_one_checkpoint_win_across_processes(tmp_path: Path)
         assert not await store.acquire_lease(KEY, "parent", 10)
         await store.release_lease(KEY, f"p{holder}")
         assert await store.acquire_lease(KEY, "parent", 10)
+
+
+async def test_an_approval_saved_in_one_process_resumes_the_call_in_another(tmp_path: Path) -> None:
+    procs, go = start(tmp_path, "approve", 1)
+    go.touch()
+    (outcome,) = results(tmp_path, procs)
+    async with SQLiteChatStorage(tmp_path / "chats.db") as store:  # a new process's view
+        history = await store.fetch(KEY)
+        answered = {m.tool_call_id for m in history if m.role == "tool"}
+        pending = [c for m in history for c in m.tool_calls if c.id not in answered]
+        approvals = await store.fetch_records(KEY, kind="tool_approval")
+        assert [c.id for c in pending] == ["call-7"]
+        assert [(r.data["tool_call_id"], r.data["decision"], r.seq) for r in approvals] == [
+            ("call-7", "approved", outcome["seq"])
+        ]
+        # The record never reaches the model's history; the call resumes with its result.
+        assert all(m.role != "tool" for m in history)
+        await store.save(KEY, ChatMessage("tool", "refunded", tool_call_id=pending[0].id))
+        assert [m.role for m in await store.fetch(KEY)] == ["user", "assistant", "tool"]
+        assert (await store.head(KEY)).last_seq > approvals[0].seq

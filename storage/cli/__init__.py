@@ -66,21 +66,26 @@ class _Parser(argparse.ArgumentParser):
     def known_flags(self) -> list[str]:
         return [flag for action in self._actions for flag in action.option_strings]
 
-    def suggestions(self, tokens: Sequence[str]) -> list[str]:
-        """``--usr (did you mean --user?)`` for each unknown flag of ``tokens``."""
+    def suggestion(self, token: str) -> str | None:
+        """The known flag closest to an unknown flag ``token`` (``--usr`` -> ``--user``)."""
+        flag = token.split("=", 1)[0]
         known = self.known_flags()
+        if not flag.startswith("-") or flag == "-" or flag in known:
+            return None
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def describe_unknown(self, tokens: Sequence[str]) -> list[str]:
+        """``--usr (did you mean --user?)`` for each unknown flag of ``tokens`` with a match."""
         out = []
         for token in tokens:
-            flag = token.split("=", 1)[0]
-            if not flag.startswith("-") or flag in known or flag == "-":
-                continue
-            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
-            if close:
-                out.append(f"{flag} (did you mean {close[0]}?)")
+            close = self.suggestion(token)
+            if close is not None:
+                out.append(f"{token.split('=', 1)[0]} (did you mean {close}?)")
         return out
 
     def error(self, message: str) -> NoReturn:
-        unknown = self.suggestions(getattr(self, "_given", []))
+        unknown = self.describe_unknown(getattr(self, "_given", []))
         if unknown and "unrecognized arguments" not in message:
             message = f"{message}; unrecognized: {', '.join(unknown)}"
         super().error(message)
@@ -140,11 +145,11 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     if extras:
         sub = _subparser(parser, getattr(args, "command", None))
         target = sub if sub is not None else parser
-        hints = sub.suggestions(extras) if sub is not None else []
-        message = f"unrecognized arguments: {' '.join(extras)}"
-        if hints:
-            message += f" ({'; '.join(hints)})"
-        target.error(message)
+        words = []
+        for token in extras:
+            close = sub.suggestion(token) if sub is not None else None
+            words.append(f"{token} (did you mean {close}?)" if close else token)
+        target.error(f"unrecognized arguments: {' '.join(words)}")
     return args
 
 

@@ -41,6 +41,15 @@ def _pretty_json(text: str) -> tuple[str, str]:
     return json.dumps(value, ensure_ascii=False, indent=2), "json"
 
 
+_HEADING = re.compile(r"^( {0,3})(#{1,6})(?=\s|$)", re.M)
+
+
+def _text(text: str) -> str:
+    """Message text with its own Markdown headings escaped (``\\#``), so a system prompt's
+    ``# Policy`` cannot become a heading of the transcript."""
+    return _HEADING.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
 def _message(message: ChatMessage) -> list[str]:
     role = message.role + (" (summary)" if message.is_summary else "")
     if message.role == "tool":
@@ -51,7 +60,7 @@ def _message(message: ChatMessage) -> list[str]:
         body, info = _pretty_json(text)
         lines += [fence(body, info), ""]
     elif text:
-        lines += [text, ""]
+        lines += [_text(text), ""]
     for call in message.tool_calls:
         body, info = _pretty_json(call.arguments)
         lines += [f"**tool call** `{call.name}` (`{call.id}`)", "", fence(body, info), ""]

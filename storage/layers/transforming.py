@@ -140,7 +140,7 @@ class TransformingChatStorage(
                     f"checkpoint message {index}: the transform dropped a summary message"
                 )
             messages.append(result)
-        transformed = attrs.evolve(checkpoint, messages=tuple(messages))  # type: ignore[arg-type]
+        transformed = attrs.evolve(checkpoint, messages=tuple(messages))
         stored: SummaryCheckpoint | None = await self.inner.save_checkpoint(
             key, transformed, expected_version=expected_version
         )

@@ -89,7 +89,7 @@ def check_checkpoint(checkpoint: object) -> SummaryCheckpoint:
             message = attrs.evolve(message, created_at=created.astimezone(UTC))
         messages.append(message)
     # attrs' plugin types the tuple converter's argument oddly.
-    return attrs.evolve(checkpoint, messages=tuple(messages))  # type: ignore[arg-type]
+    return attrs.evolve(checkpoint, messages=tuple(messages))
 
 
 def check_lease(owner: object, ttl: object) -> float:

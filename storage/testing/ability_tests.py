@@ -57,7 +57,7 @@ def _checkpoint(
     created_at: datetime,
 ) -> SummaryCheckpoint:
     # attrs' mypy plugin types the ``converter=tuple`` field's argument as unsolvable.
-    return SummaryCheckpoint(messages, covers_to, epoch, summarizer, created_at)  # type: ignore[arg-type]
+    return SummaryCheckpoint(messages, covers_to, epoch, summarizer, created_at)
 
 
 def texts(messages: list[ChatMessage]) -> list[str]:

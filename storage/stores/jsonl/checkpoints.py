@@ -66,7 +66,7 @@ def decode_checkpoint(data: bytes) -> SummaryCheckpoint:
             raise TypeError("bad field types")
         messages: list[ChatMessage] = [decode(m) for m in raw["messages"]]
         return SummaryCheckpoint(
-            messages=tuple(messages),  # type: ignore[arg-type]
+            messages=tuple(messages),
             covers_to=covers_to,
             epoch=epoch,
             summarizer=str(summarizer),

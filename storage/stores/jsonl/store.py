@@ -54,7 +54,14 @@ from storage.stores.jsonl import leases
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.checkpoints import CheckpointReader, write_checkpoint
 from storage.stores.jsonl.compact import CompactResult, compact_files
-from storage.stores.jsonl.fsutil import fsync_paths, listdir, rmdir_if_empty, size, unlink
+from storage.stores.jsonl.fsutil import (
+    fsync_dir,
+    fsync_paths,
+    listdir,
+    rmdir_if_empty,
+    size,
+    unlink,
+)
 from storage.stores.jsonl.lines import to_us
 from storage.stores.jsonl.locks import SessionLocks, WouldBlock, flock
 from storage.stores.jsonl.names import (
@@ -458,6 +465,8 @@ class JsonlChatStorage(BaseStore):
                 return None
             stored = attrs.evolve(checkpoint, version=expected + 1)
             write_checkpoint(paths.ckpt, stored)
+            if self.fsync == "always":  # the rename too must survive a power loss
+                fsync_dir(paths.session_dir)
             return stored
 
     async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:

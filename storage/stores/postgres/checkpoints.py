@@ -45,7 +45,7 @@ def _decode_checkpoint(
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptRecordError(f"cannot decode stored checkpoint: {exc!r}") from exc
     return SummaryCheckpoint(
-        messages,  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        messages,
         covers_to,
         epoch,
         summarizer,

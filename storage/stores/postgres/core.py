@@ -120,6 +120,12 @@ class PostgresCore(BaseStore):
         self._dsn, query = pop_query(dsn, _OWN_OPTIONS)
         self._secrets = secrets_of_url(dsn)  # hidden in the driver's messages too
         self.dsn = redact_url(dsn)
+        try:  # a DSN given in code may carry them too (``from_url`` passes them typed)
+            min_size = int(query.get("min_size", min_size))
+            max_size = int(query.get("max_size", max_size))
+            timeout = float(query.get("timeout", timeout))
+        except ValueError as exc:
+            raise ConfigError(f"postgres: bad pool option in the DSN: {exc}") from None
         self.schema = check_name("schema", schema or query.get("schema") or "public")
         self.table = check_name("table", table or query.get("table") or "chatlayers_messages")
         if not 0 <= min_size <= max_size or max_size < 1:

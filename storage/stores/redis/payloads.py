@@ -37,7 +37,7 @@ def decode_checkpoint(raw: bytes) -> SummaryCheckpoint:
         data = json.loads(raw)
         messages: tuple[ChatMessage, ...] = tuple([decode(m) for m in data["m"]])
         return SummaryCheckpoint(
-            messages=messages,  # type: ignore[arg-type]  # attrs converter=tuple
+            messages=messages,
             covers_to=int(data["to"]),
             epoch=str(data["e"]),
             summarizer=str(data["by"]),

@@ -54,7 +54,7 @@ def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
     version, epoch, covers_to, summarizer, created_us, records = row
     messages: tuple[ChatMessage, ...] = tuple(decode(r) for r in records.split("\n"))
     return SummaryCheckpoint(
-        messages,  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        messages,
         covers_to,
         epoch,
         summarizer,
