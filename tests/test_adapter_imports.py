@@ -61,6 +61,7 @@ def test_a_missing_framework_raises_an_error_naming_the_extra() -> None:
             ("LangChainChatMessageHistory", "langchain"),
             ("ChatlayersCheckpointer", "langgraph"),
             ("LlamaIndexChatStore", "llama-index"),
+            ("LlamaIndexMemoryStore", "llama-index"),
             ("PydanticAIHistory", "pydantic-ai"),
         ]:
             try:

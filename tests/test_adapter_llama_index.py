@@ -20,11 +20,13 @@ from llama_index.core.base.llms.types import (
     ThinkingBlock,
     ToolCallBlock,
 )
-from llama_index.core.memory import ChatMemoryBuffer
+from llama_index.core.memory import ChatMemoryBuffer, Memory
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.core.storage.chat_store.base import BaseChatStore
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from storage.adapters.llama_index import LlamaIndexChatStore, from_chat_message, to_chat_message
+from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
 from storage.config import open_storage
 from storage.errors import InvalidMessageError
 from storage.stores.memory import InMemoryChatStorage
@@ -195,3 +197,79 @@ def test_history_survives_a_restart(tmp_path: Path) -> None:
             chat_store=LlamaIndexChatStore(sync, user_id="u"), chat_store_key="c"
         )
         assert memory.get_all() == SHAPES
+
+
+# --- Memory (LlamaIndex's current memory class) over an AsyncDBChatStore --------------------
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # LlamaIndex's SQL chat store (the native side) runs on asyncio
+
+
+async def _memory_script(memory: Memory) -> list[Any]:
+    seen: list[Any] = []
+    for n in range(12):
+        await memory.aput(LlamaMessage(role="user", content=f"question {n} " + "word " * 6))
+        await memory.aput(LlamaMessage(role="assistant", content=f"answer {n} " + "word " * 6))
+        seen.append(await memory.aget())
+    seen.append(await memory.aget_all())
+    seen.append(await memory.aget_all(status=MessageStatus.ARCHIVED))
+    seen.append(await memory.aget_all(status=None))
+    store = memory.sql_store
+    seen.append(await store.count_messages(memory.session_id))
+    seen.append(await store.get_messages(memory.session_id, status=None, limit=3, offset=2))
+    seen.append(await store.delete_oldest_messages(memory.session_id, 2))
+    seen.append(await store.get_messages(memory.session_id, status=None))
+    await memory.aset(SHAPES[:4])
+    seen.append(await memory.aget_all(status=None))
+    await store.add_messages(memory.session_id, SHAPES[4:6], status=MessageStatus.ARCHIVED)
+    seen.append(await store.count_messages(memory.session_id, status=MessageStatus.ARCHIVED))
+    await memory.areset(status=MessageStatus.ACTIVE)
+    seen.append(await memory.aget_all(status=None))
+    await memory.areset()
+    seen.append(await memory.aget_all(status=None))
+    seen.append(await store.get_keys())
+    return seen
+
+
+def _memory(chat_store: Any) -> Memory:
+    return Memory.from_defaults(
+        session_id="conv-1",
+        token_limit=60,
+        token_flush_size=20,
+        chat_history_token_ratio=0.7,
+        tokenizer_fn=_words,
+        chat_store=chat_store,
+    )
+
+
+@pytest.mark.anyio
+async def test_memory_matches_its_sql_store_item_by_item() -> None:
+    native = await _memory_script(_memory(None))  # LlamaIndex's SQLAlchemyChatStore
+    ours = await _memory_script(_memory(LlamaIndexMemoryStore(InMemoryChatStorage(), user_id="u")))
+    assert len(ours) == len(native)
+    for n, (a, b) in enumerate(zip(ours, native, strict=True)):
+        assert a == b, n
+    # The flush really archived: the active window stayed short while the record grew.
+    assert len(native[11]) < 24
+
+
+@pytest.mark.anyio
+async def test_memory_archive_survives_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    async with SQLiteChatStorage(db) as stack:
+        memory = _memory(LlamaIndexMemoryStore(stack, user_id="u"))
+        for n in range(12):
+            await memory.aput(LlamaMessage(role="user", content=f"q{n} " + "word " * 8))
+        active = await memory.aget_all()
+        archived = await memory.aget_all(status=MessageStatus.ARCHIVED)
+        assert archived
+    async with SQLiteChatStorage(db) as stack:
+        memory = _memory(LlamaIndexMemoryStore(stack, user_id="u"))
+        assert await memory.aget_all() == active
+        assert await memory.aget_all(status=MessageStatus.ARCHIVED) == archived

@@ -76,7 +76,7 @@ def summary(text: str = "summary") -> ChatMessage:
 
 def checkpoint(head: Head, covers_to: int | None = None) -> SummaryCheckpoint:
     return SummaryCheckpoint(
-        (summary(),),  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        (summary(),),
         covers_to or head.last_seq,
         head.epoch,
         "manual",
@@ -170,7 +170,7 @@ async def test_checkpoint_compare_and_set(store: PostgresChatStorage) -> None:
     assert (await store.head(KEY)).checkpoint_version == 2
     # Another epoch, or a position the record does not hold: nothing written.
     stale = SummaryCheckpoint(
-        (summary(),),  # type: ignore[arg-type]  # attrs plugin: converter=tuple is generic
+        (summary(),),
         4,
         "other-epoch",
         "manual",
@@ -187,7 +187,7 @@ async def test_checkpoint_compare_and_set(store: PostgresChatStorage) -> None:
     assert await store.fetch(KEY) == saved
     assert [c.message for c in await store.fetch_all_chats("ana", "trip")] == saved
     bad = SummaryCheckpoint(
-        (ChatMessage("system", "x"),),  # type: ignore[arg-type]  # converter=tuple
+        (ChatMessage("system", "x"),),
         4,
         head.epoch,
         "m",

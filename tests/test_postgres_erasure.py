@@ -56,7 +56,7 @@ async def _fill(store: PostgresChatStorage, key: ChatKey, secret: str) -> None:
     await store.save_record(key, ConversationRecord("note", {"who": secret}))
     head = await store.head(key)
     checkpoint = SummaryCheckpoint(
-        (ChatMessage("system", f"summary of {secret}", metadata=SUMMARY),),  # type: ignore[arg-type]
+        (ChatMessage("system", f"summary of {secret}", metadata=SUMMARY),),
         head.last_seq,
         head.epoch,
         "manual",

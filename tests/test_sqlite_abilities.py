@@ -63,8 +63,7 @@ def summary(text: str = "the story so far") -> ChatMessage:
 def make_checkpoint(
     messages: tuple[ChatMessage, ...], covers_to: int, epoch: str, at: datetime = T0
 ) -> SummaryCheckpoint:
-    # attrs' mypy plugin types ``converter=tuple`` generically: one ignore, here.
-    return SummaryCheckpoint(messages, covers_to, epoch, "test", at)  # type: ignore[arg-type]
+    return SummaryCheckpoint(messages, covers_to, epoch, "test", at)
 
 
 def checkpoint(covers_to: int, epoch: str, text: str = "so far") -> SummaryCheckpoint:

@@ -50,8 +50,8 @@ async def fill(store: SQLiteChatStorage, key: ChatKey, tag: str, at: datetime = 
     )
     tail = await store.fetch_since(key, 0)
     marked = ChatMessage("system", f"summary {summ}", metadata={"chatlayers": {"summary": True}})
-    messages = (marked,)  # attrs' mypy plugin types converter=tuple generically
-    cp = SummaryCheckpoint(messages, tail.seqs[-1], tail.head.epoch, "test", at)  # type: ignore[arg-type]
+    messages = (marked,)
+    cp = SummaryCheckpoint(messages, tail.seqs[-1], tail.head.epoch, "test", at)
     assert await store.save_checkpoint(key, cp, expected_version=0) is not None
     await store.save_record(key, ConversationRecord("note", {"text": record}))
 

@@ -164,7 +164,7 @@ async def test_sqlite_agrees_with_the_reference(
                     )
                     covers = tail.seqs[-1] if a else tail.seqs[0]
                     summaries = (summary,)
-                    cp = SummaryCheckpoint(summaries, covers, tail.head.epoch, "m", T0)  # type: ignore[arg-type]
+                    cp = SummaryCheckpoint(summaries, covers, tail.head.epoch, "m", T0)
                     won = await s.save_checkpoint(
                         key, cp, expected_version=tail.head.checkpoint_version
                     )

@@ -5,6 +5,8 @@
   tailing by sequence number while they write never misses a row.
 - Three processes racing for one lease and one checkpoint compare-and-set: exactly one
   wins each, and every process reads the winner's checkpoint.
+- A tool approval recorded in one process is found by a new one, which resumes the
+  pending call (issue 15 item 3).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ async def main():
             ChatMessage("assistant", None, tool_calls=(call,), created_at=T0),
         ])
         data = {"tool_call_id": call.id, "decision": "approved"}
-        result["seq"] = (await store.save_record(KEY, ConversationRecord("tool_approval", data))).seq
+        stored = await store.save_record(KEY, ConversationRecord("tool_approval", data))
+        result["seq"] = stored.seq
     else:  # "race": one lease, one compare-and-set, among all processes
         result["lease"] = await store.acquire_lease(KEY, f"p{proc}", 600)
         head = await store.head(KEY)

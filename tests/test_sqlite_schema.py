@@ -120,8 +120,8 @@ async def test_version_1_is_migrated_and_every_ability_works(tmp_path: Path) -> 
         tail = await store.fetch_since(KEYS[0], 1)
         assert tail.messages == (written[KEYS[0]][1],)
         summary = ChatMessage("system", "s", metadata={"chatlayers": {"summary": True}})
-        summaries = (summary,)  # attrs' mypy plugin types converter=tuple generically
-        cp = SummaryCheckpoint(summaries, head.last_seq, head.epoch, "t", T0)  # type: ignore[arg-type]
+        summaries = (summary,)
+        cp = SummaryCheckpoint(summaries, head.last_seq, head.epoch, "t", T0)
         assert await store.save_checkpoint(KEYS[0], cp, expected_version=0) is not None
         record = await store.save_record(KEYS[0], ConversationRecord("status", {"ok": True}))
         assert record.seq > max([(await store.head(k)).last_seq for k in KEYS])

@@ -7,8 +7,10 @@
   ``langchain``).
 - ``ChatlayersCheckpointer(stack)`` — a LangGraph checkpointer for LangChain 1.x
   ``create_agent`` (extra ``langgraph``).
-- ``LlamaIndexChatStore(stack, user_id=...)`` — LlamaIndex's ``BaseChatStore`` (extra
-  ``llama-index``).
+- ``LlamaIndexChatStore(stack, user_id=...)`` — LlamaIndex's ``BaseChatStore``, for
+  ``ChatMemoryBuffer`` (extra ``llama-index``).
+- ``LlamaIndexMemoryStore(stack, user_id=...)`` — the ``chat_store`` of LlamaIndex's
+  ``Memory`` (an ``AsyncDBChatStore``; extra ``llama-index``).
 - ``PydanticAIHistory(stack, key)`` — pydantic-ai ``message_history`` (extra ``pydantic-ai``).
 
 Nothing here imports a framework until an adapter is used: ``import storage.adapters`` is
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from storage.adapters.langchain import LangChainChatMessageHistory
     from storage.adapters.langgraph import ChatlayersCheckpointer
     from storage.adapters.llama_index import LlamaIndexChatStore
+    from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
     from storage.adapters.openai_agents import OpenAIAgentsSession
     from storage.adapters.pydantic_ai import PydanticAIHistory
 
@@ -37,6 +40,7 @@ __all__ = [
     "ChatlayersCheckpointer",
     "LangChainChatMessageHistory",
     "LlamaIndexChatStore",
+    "LlamaIndexMemoryStore",
     "MissingExtraError",
     "OpenAIAgentsSession",
     "PydanticAIHistory",
@@ -48,6 +52,7 @@ _LAZY: Final = {
     "LangChainChatMessageHistory": "storage.adapters.langchain",
     "ChatlayersCheckpointer": "storage.adapters.langgraph",
     "LlamaIndexChatStore": "storage.adapters.llama_index",
+    "LlamaIndexMemoryStore": "storage.adapters.llama_index_memory",
     "PydanticAIHistory": "storage.adapters.pydantic_ai",
 }
 

@@ -11,8 +11,10 @@ scrubbed and summarized::
 The thread's ``messages`` channel lives in the stack under ``ChatKey(user_id, thread_id,
 agent_id)`` (``user_id`` from the run config's ``configurable``, else the constructor's):
 every checkpoint saves the messages the stack has not seen (by LangChain message id, so a
-message is stored once), and every read of the thread's state gets the stack's view (a
-summarizing stack's summary and newest turns; scrubbed text under a scrubbing layer). The rest
+message is stored once), and a run starts from the stack's view (a summarizing stack's
+summary and newest turns; scrubbed text under a scrubbing layer). An older checkpoint
+(``get_state_history``, time travel) holds the ids of its messages and reads them back from
+the stack's record. The rest
 of a checkpoint (other channels, versions, pending writes) is small graph bookkeeping, kept by
 ``inner`` (default ``InMemorySaver``; pass a persistent saver to resume interrupted runs
 across restarts). Without a checkpoint in ``inner`` (a new process), a thread that has
@@ -119,14 +121,17 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
             self._sync = sync
         return self._sync
 
-    def _key(self, config: RunnableConfig) -> ChatKey | None:
+    def _key(self, config: RunnableConfig, request: RunnableConfig | None = None) -> ChatKey | None:
+        """The conversation of ``config``'s thread (``None`` for a subgraph); the user comes
+        from ``config``, else from the ``request`` it answers, else the constructor."""
         configurable = config.get("configurable") or {}
         if configurable.get("checkpoint_ns", ""):
             return None
         thread_id = configurable.get("thread_id")
         if thread_id is None:
             return None
-        user_id = configurable.get("user_id", self.user_id)
+        asked = (request or {}).get("configurable") or {}
+        user_id = configurable.get("user_id", asked.get("user_id", self.user_id))
         return ChatKey(str(user_id), str(thread_id), self.agent_id)
 
     def _remember(self, key: ChatKey, ids: Sequence[str]) -> None:
@@ -138,29 +143,43 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         self._remember(key, [m.id for m in stored])
         return [_to_langchain(m) for m in stored]
 
-    def _with_view(self, tup: CheckpointTuple, view: list[BaseMessage]) -> CheckpointTuple:
+    def _with_messages(self, tup: CheckpointTuple, messages: list[BaseMessage]) -> CheckpointTuple:
         values = dict(tup.checkpoint["channel_values"])
         if self.channel not in values:
             return tup
-        values[self.channel] = list(view)
+        values[self.channel] = list(messages)
         checkpoint: Checkpoint = {**tup.checkpoint, "channel_values": values}
         return tup._replace(checkpoint=checkpoint)
+
+    async def _at_checkpoint(self, key: ChatKey, tup: CheckpointTuple) -> CheckpointTuple:
+        """An older checkpoint: its own messages, looked up by the ids it kept (time travel
+        and ``get_state_history`` see each step's messages, as stored)."""
+        ids = tup.checkpoint["channel_values"].get(self.channel)
+        if not isinstance(ids, list):
+            return tup
+        entries = await self.stack.fetch_all_chats(key.user_id, key.session_id)
+        stored = {e.message.id: e.message for e in entries if e.agent_id == key.agent_id}
+        messages = [_to_langchain(stored[i]) for i in ids if isinstance(i, str) and i in stored]
+        return self._with_messages(tup, messages)
 
     # --- async (native) -----------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint of ``config`` with the thread's messages read from the stack.
 
-        Every checkpoint of a thread gets the stack's current view (time travel to an older
-        checkpoint restores its other channels, not its messages).
+        The thread's latest checkpoint (no ``checkpoint_id`` in ``config``: what a run starts
+        from) gets the stack's view, summarized and scrubbed as the stack makes it; a named
+        older checkpoint gets the stored messages it held.
         """
         tup = await self.inner.aget_tuple(config)
         key = self._key(config)
         if key is None:
             return tup
+        if tup is not None and (config.get("configurable") or {}).get("checkpoint_id"):
+            return await self._at_checkpoint(key, tup)
         view = await self._view(key)
         if tup is not None:
-            return self._with_view(tup, view)
+            return self._with_messages(tup, view)
         if not view or (config.get("configurable") or {}).get("checkpoint_id"):
             return None
         # A new process: the thread starts from what the stack holds.
@@ -183,16 +202,10 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """The inner saver's checkpoints, each with the thread's current messages."""
-        views: dict[ChatKey, list[BaseMessage]] = {}
+        """The inner saver's checkpoints, newest first, each with the messages it held."""
         async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            key = self._key(tup.config)
-            if key is None:
-                yield tup
-                continue
-            if key not in views:
-                views[key] = await self._view(key)
-            yield self._with_view(tup, views[key])
+            key = self._key(tup.config, config)
+            yield tup if key is None else await self._at_checkpoint(key, tup)
 
     async def aput(
         self,

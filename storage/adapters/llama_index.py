@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from storage.adapters import missing_extra
-from storage.adapters.rewrite import raw_history, rewrite
+from storage.adapters.rewrite import insert, raw_history, rewrite
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -260,7 +260,7 @@ class LlamaIndexChatStore(BaseChatStore):
         if idx >= len(raw):
             await self.stack.save_messages(chat_key, [converted])
             return
-        await rewrite(self.stack, chat_key, [*raw[:idx], converted, *raw[idx:]])
+        await rewrite(self.stack, chat_key, insert(raw, idx, [converted]))
 
     async def aset_messages(self, key: str, messages: list[LlamaMessage]) -> None:
         """Make ``messages`` the whole conversation.

@@ -11,25 +11,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from storage.abilities import ReplaceableStorage, find_ability
+import attrs
+
+from storage.abilities import ReplaceableStorage, SequencedStorage, find_ability
 from storage.errors import InvalidMessageError
 from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
-__all__ = ["raw_history", "rewrite"]
+__all__ = ["insert", "raw_history", "rewrite"]
 
 
 async def raw_history(stack: ChatStorage, key: ChatKey) -> list[ChatMessage]:
-    """The key's stored record (not a summarizing layer's view), oldest first.
+    """The key's stored record (not a summarizing layer's view), in store order.
 
-    Read through ``fetch_all_chats``, which every layer passes to the record.
+    Read with ``fetch_since(key, 0)`` (sequence order) when every layer forwards
+    :class:`~storage.abilities.SequencedStorage`, else through ``fetch_all_chats`` (every
+    layer passes it to the record; ordered by ``created_at``, then sequence).
 
     Raises:
         StorageUnavailableError: the backend cannot be reached.
     """
+    sequenced = find_ability(stack, SequencedStorage)
+    if sequenced is not None:
+        return list((await sequenced.fetch_since(key, 0)).messages)
     entries = await stack.fetch_all_chats(key.user_id, key.session_id)
     return [e.message for e in entries if e.agent_id == key.agent_id]
+
+
+def insert(
+    record: Sequence[ChatMessage], index: int, messages: Sequence[ChatMessage]
+) -> list[ChatMessage]:
+    """``record`` with ``messages`` inserted before position ``index``.
+
+    The inserted messages take the ``created_at`` of the message they precede (ties keep the
+    store's sequence), so a reader ordering by time sees them where they were put.
+    """
+    if index >= len(record):
+        return [*record, *messages]
+    when = record[index].created_at
+    placed = [attrs.evolve(m, created_at=when) for m in messages]
+    return [*record[:index], *placed, *record[index:]]
 
 
 async def rewrite(stack: ChatStorage, key: ChatKey, messages: Sequence[ChatMessage]) -> bool:

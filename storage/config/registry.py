@@ -90,6 +90,9 @@ BUILTINS: Final[dict[Kind, tuple[Entry, ...]]] = {
         _builtin("postgres", "storage.stores.postgres:PostgresChatStorage", "postgres", "asyncpg"),
     ),
     "layers": (
+        _builtin(
+            "encrypt", "storage.layers.encrypting:EncryptingChatStorage", "encrypt", "cryptography"
+        ),
         _builtin("scrub", "storage.layers.scrubbing:scrub_layer"),
         _builtin("summarize", "storage.layers.summarizing:SummarizingChatStorage"),
         _builtin("transform", "storage.layers.transforming:TransformingChatStorage"),

@@ -8,25 +8,77 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import attrs
+
 from storage.abilities import (
+    ConversationRecord,
     RecordStorage,
     ReplaceableStorage,
     SequencedStorage,
     SessionListing,
     find_ability,
 )
-from storage.abilities import ConversationRecord
 from storage.errors import ConflictError
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 from storage.testing.harness import LAYERINGS
 
-__all__ = ["DifferentialTests"]
+__all__ = ["DifferentialTests", "Operation", "operations"]
 
-USERS = ("u", "u:*", "u%3A%2A")
+USERS = ("u", "u:*", "u%3A%2A")  # the last is the first's escaped form: must stay apart
 SESSIONS = ("s", "s{1}", "s/2")
 AGENTS = ("a", "a?[b]")
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
+KINDS: tuple[str, ...] = ("save", "save", "save", "fetch", "all", "delete", "delete_user")
+KINDS += ("replace", "if", "sessions", "record")
+
+
+@attrs.frozen
+class Operation:
+    """One step: what to do, on which key, with which messages (drawn once for both sides)."""
+
+    kind: str
+    key: ChatKey
+    messages: tuple[ChatMessage, ...] = ()
+    more: tuple[ChatMessage, ...] = ()
+    limit: int | None = None
+    record: ConversationRecord | None = None
+
+
+def operations(seed: int, count: int) -> list[Operation]:
+    """``count`` operations from ``seed``: saves with repeated ids and caller timestamps,
+    windows, merged views, deletes, replaces, conditional saves (half of them stale),
+    session listings and records."""
+    rng = random.Random(seed)
+    n = 0
+
+    def batch(size: int) -> tuple[ChatMessage, ...]:
+        nonlocal n
+        out = []
+        for _ in range(size):
+            n += 1
+            mid = f"id{rng.randrange(40)}" if rng.random() < 0.3 else f"n{n}"
+            role = rng.choice(("user", "assistant"))
+            at = T0 + timedelta(seconds=n // 2)  # pairs share a time: ties by sequence
+            out.append(ChatMessage(role, f"text {n} word{n % 5}", id=mid, created_at=at))
+        return tuple(out)
+
+    ops = []
+    for _ in range(count):
+        kind = rng.choice(KINDS)
+        key = ChatKey(rng.choice(USERS), rng.choice(SESSIONS), rng.choice(AGENTS))
+        stale = batch(1) if kind == "if" and rng.random() < 0.5 else ()
+        ops.append(
+            Operation(
+                kind,
+                key,
+                batch(rng.randrange(0, 4)),
+                stale,
+                rng.choice((None, 1, 2, 5)),
+                ConversationRecord("note", {"n": n % 7}, id=f"r{rng.randrange(9)}"),
+            )
+        )
+    return ops
 
 
 def _shape(value: Any) -> Any:
@@ -38,6 +90,49 @@ def _shape(value: Any) -> Any:
     return value
 
 
+async def apply(stack: ChatStorage, op: Operation) -> Any:
+    """Run ``op`` on ``stack``; the comparable result (``None`` when it lacks the ability)."""
+    key = op.key
+    if op.kind == "save":
+        return _shape(await stack.save_messages(key, op.messages))
+    if op.kind == "fetch":
+        return _shape(await stack.fetch(key, limit=op.limit))
+    if op.kind == "all":
+        merged = await stack.fetch_all_chats(key.user_id, key.session_id)
+        return [(m.agent_id, _shape(m.message)) for m in merged]
+    if op.kind == "delete":
+        return await stack.delete(key)
+    if op.kind == "delete_user":
+        return await stack.delete_user(key.user_id)
+    rep = find_ability(stack, ReplaceableStorage)
+    if op.kind == "replace":
+        return None if rep is None else _shape(await rep.replace(key, op.messages[:2]))
+    if op.kind == "if":
+        seq = find_ability(stack, SequencedStorage)
+        if rep is None or seq is None:
+            return None
+        version = (await seq.head(key)).version
+        if op.more:
+            await stack.save_messages(key, op.more)
+        try:
+            return _shape(await rep.save_messages_if(key, op.messages, expected_version=version))
+        except ConflictError:
+            return "conflict"
+    if op.kind == "sessions":
+        lister = find_ability(stack, SessionListing)
+        if lister is None:
+            return None
+        page = await lister.list_sessions(key.user_id, limit=50)
+        return [
+            (s.session_id, s.agents, s.message_count, s.first_at, s.last_at) for s in page.sessions
+        ]
+    recs = find_ability(stack, RecordStorage)
+    if recs is None or op.record is None:
+        return None
+    await recs.save_record(key, op.record)
+    return [(r.id, r.kind, dict(r.data)) for r in await recs.fetch_records(key)]
+
+
 class DifferentialTests:
     """The stack behaves exactly like the reference store under the same operations."""
 
@@ -45,77 +140,7 @@ class DifferentialTests:
         from storage.stores.memory import InMemoryChatStorage
 
         reference = LAYERINGS[layering](InMemoryChatStorage())
-        rng = random.Random(11)
-        sides = (reference, store)
-        counter = 0
-
-        def key() -> ChatKey:
-            return ChatKey(rng.choice(USERS), rng.choice(SESSIONS), rng.choice(AGENTS))
-
-        def batch(size: int) -> list[ChatMessage]:
-            nonlocal counter
-            out = []
-            for _ in range(size):
-                counter += 1
-                mid = f"id{rng.randrange(40)}" if rng.random() < 0.3 else f"n{counter}"
-                role = rng.choice(("user", "assistant"))
-                at = T0 + timedelta(seconds=counter)
-                out.append(ChatMessage(role, f"text {counter} word{counter % 5}", id=mid, created_at=at))
-            return out
-
-        for step in range(150):
-            op = rng.choice(
-                ("save", "save", "save", "fetch", "all", "delete", "delete_user", "replace", "if", "sessions", "record")
-            )
-            k = key()
-            results: list[Any] = []
-            for side in sides:
-                rep = find_ability(side, ReplaceableStorage)
-                seq = find_ability(side, SequencedStorage)
-                lister = find_ability(side, SessionListing)
-                recs = find_ability(side, RecordStorage)
-                state = rng.getstate()  # both sides draw the same values
-                if op == "save":
-                    got: Any = await side.save_messages(k, batch(rng.randrange(0, 4)))
-                elif op == "fetch":
-                    got = await side.fetch(k, limit=rng.choice((None, 1, 2, 5)))
-                elif op == "all":
-                    got = [(m.agent_id, _shape(m.message)) for m in await side.fetch_all_chats(k.user_id, k.session_id)]
-                elif op == "delete":
-                    got = await side.delete(k)
-                elif op == "delete_user":
-                    got = await side.delete_user(k.user_id)
-                elif op == "replace":
-                    got = None if rep is None else await rep.replace(k, batch(rng.randrange(0, 3)))
-                elif op == "if":
-                    if rep is None or seq is None:
-                        got = None
-                    else:
-                        version = (await seq.head(k)).version
-                        stale = rng.random() < 0.5
-                        if stale:
-                            await side.save_messages(k, batch(1))
-                        try:
-                            got = await rep.save_messages_if(k, batch(2), expected_version=version)
-                        except ConflictError:
-                            got = "conflict"
-                elif op == "sessions":
-                    got = None
-                    if lister is not None:
-                        page = await lister.list_sessions(k.user_id, limit=50)
-                        got = [(s.session_id, s.agents, s.message_count, s.first_at, s.last_at) for s in page.sessions]
-                else:
-                    got = None
-                    if recs is not None:
-                        counter += 1
-                        record = ConversationRecord("note", {"n": counter % 7}, id=f"r{counter % 9}")
-                        stored = await recs.save_record(k, record)
-                        got = [(r.id, r.kind, dict(r.data)) for r in await recs.fetch_records(k)]
-                        assert stored.id == record.id
-                if side is reference:
-                    rng_after, counter_after = rng.getstate(), counter
-                    rng.setstate(state)
-                    counter -= 0
-                results.append(_shape(got))
-            assert results[0] == results[1], f"step {step} {op} {k}: {results[1]!r} != reference {results[0]!r}"
-            del rng_after, counter_after
+        for step, op in enumerate(operations(seed=11, count=150)):
+            expected = await apply(reference, op)
+            got = await apply(store, op)
+            assert got == expected, f"step {step} {op.kind} {op.key}: {got!r} != {expected!r}"

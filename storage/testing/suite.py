@@ -9,6 +9,7 @@ import pytest
 
 from storage.protocol import ChatStorage
 from storage.testing.ability_tests import AbilityTests
+from storage.testing.differential_tests import DifferentialTests
 from storage.testing.harness import LAYERINGS, ServerControl, StoreHarness, open_store
 from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
@@ -17,7 +18,9 @@ from storage.testing.reliability_tests import ReliabilityTests
 __all__ = ["ConformanceSuite"]
 
 
-class ConformanceSuite(ProtocolTests, AbilityTests, LayerPathTests, ReliabilityTests):
+class ConformanceSuite(
+    ProtocolTests, AbilityTests, DifferentialTests, LayerPathTests, ReliabilityTests
+):
     """The conformance kit: subclass it as ``TestSomething`` and give a ``harness`` fixture.
 
     Class attributes a subclass may set:

@@ -95,6 +95,9 @@ def _splice(state: KeyState, tail: Tail) -> bool:
     fresh = {m.id for m in tail.messages}
     known = {m.id for m in unread}
     later = [m for m in unread if m.id not in fresh]  # committed after the read's snapshot
+    if state.measure is not None:  # only the replaced end is measured, never the whole view
+        removed = state.size_of(state.view[sequenced:])
+        state.tokens += state.size_of(tail.messages) + state.size_of(later) - removed
     state.view[sequenced:] = [*tail.messages, *later]
     state.seqs[sequenced - start :] = [*tail.seqs, *([None] * len(later))]
     return any(m.id not in known for m in tail.messages)

@@ -1,4 +1,11 @@
-"""When a summary is due, and what a summarizer failure does (``on_error``).
+"""When a summary is due (the budget), and what a summarizer failure does (``on_error``).
+
+The budget counts messages (``trigger_at * 2``, the seed's contract) or tokens
+(``trigger_tokens``, counted per message once and kept as a running total). A view is due when
+it is over the trigger; a compaction keeps about ``keep_budget`` verbatim at the end (a quarter
+of the trigger unless ``keep_tokens`` says otherwise). A compaction that could not bring the
+view under the trigger holds the key until ``step`` more has arrived, so a key whose newest
+material cannot be shrunk is not retried on every save.
 
 ``on_error="raise"`` (the seed's contract): the error propagates from the ``save`` or
 ``fetch`` that triggered the call, and the next trigger retries at once.
@@ -32,26 +39,66 @@ class Policy:
     """The summarizing layer's trigger and failure rules.
 
     Attributes:
-        threshold: a view holding more than this many messages is due for a summary.
+        threshold: messages budget: a view holding more than this many messages is due
+            (``None`` with a token budget).
         on_error: ``"raise"`` or ``"fallback"``.
         clock: monotonic seconds (injected in tests).
         retry_backoff: first retry delay in seconds (``fallback``).
         retry_max: largest retry delay in seconds (``fallback``).
+        trigger_tokens: token budget: a view of more tokens is due (``None``: messages).
+        keep_tokens: tokens a compaction keeps verbatim at the end (token budget).
     """
 
-    threshold: int
+    threshold: int | None
     on_error: OnError
     clock: Callable[[], float]
     retry_backoff: float
     retry_max: float
+    trigger_tokens: int | None = None
+    keep_tokens: int | None = None
 
     @property
     def fallback(self) -> bool:
         return self.on_error == "fallback"
 
+    @property
+    def trigger(self) -> int:
+        """The budget in its unit (tokens, else messages)."""
+        if self.trigger_tokens is not None:
+            return self.trigger_tokens
+        assert self.threshold is not None
+        return self.threshold
+
+    @property
+    def keep_budget(self) -> int:
+        """What a compaction inside one long turn keeps verbatim at its end, in the budget's
+        unit: ``keep_tokens``, else a quarter of the trigger (at least 1)."""
+        if self.keep_tokens is not None:
+            return self.keep_tokens
+        return max(1, self.trigger // 4)
+
+    @property
+    def step(self) -> int:
+        """New material (budget unit) a held key waits for before the next attempt."""
+        return max(1, self.trigger - self.keep_budget)
+
+    def size(self, state: KeyState) -> int:
+        """The view's size in the budget unit (0 for a cold key)."""
+        if state.view is None:
+            return 0
+        return state.tokens if self.trigger_tokens is not None else len(state.view)
+
     def due(self, state: KeyState) -> bool:
-        """The view holds more than ``threshold`` messages."""
-        return state.view is not None and len(state.view) > self.threshold
+        """The view is over the trigger and not held (see the module docstring)."""
+        if state.view is None:
+            return False
+        size = state.tokens if self.trigger_tokens is not None else len(state.view)
+        return size > self.trigger and size >= state.hold
+
+    def settle(self, state: KeyState) -> None:
+        """After a compaction attempt: hold the key when its view is still over the trigger."""
+        size = self.size(state)
+        state.hold = size + self.step if size > self.trigger else 0
 
     def may_try(self, state: KeyState) -> bool:
         """No backoff is running for the key."""
@@ -59,7 +106,7 @@ class Policy:
 
     def window(self, state: KeyState) -> int | None:
         """How many newest messages a view with no summary is served as (fallback only)."""
-        if self.fallback and state.n_summary == 0:
+        if self.fallback and state.n_summary == 0 and self.trigger_tokens is None:
             return self.threshold
         return None
 

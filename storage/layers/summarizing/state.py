@@ -10,7 +10,7 @@ only grows at its end.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import anyio
 
@@ -42,26 +42,39 @@ class KeyState:
         pending: memory mode: messages stored while a summarizer call runs.
         failures: summarizer failures in a row (reset by a success).
         retry_at: ``on_error="fallback"``: the clock time before which no retry is made.
+        measure: the size of one message in the layer's budget unit (tokens; ``None``: the
+            budget counts messages and ``tokens`` stays 0).
+        tokens: running size of ``view`` by ``measure``, kept incrementally: a save adds its
+            messages' counts, only a rebuilt view is summed again (from cached counts).
+        hold: a compaction that could not bring the view under the trigger sets this: no new
+            attempt until the view's size reaches it (enough new material).
+        compactions: times the view's head was replaced (memory mode's view version).
+        scheduled: background mode: a summary task for this key is queued or running.
     """
 
     __slots__ = (
         "checkpoint",
+        "compactions",
         "cp_version",
         "failures",
         "generation",
         "head",
+        "hold",
         "lock",
+        "measure",
         "n_summary",
         "pending",
         "retry_at",
+        "scheduled",
         "seqs",
         "summarizing",
         "sync_lock",
         "synced_seq",
+        "tokens",
         "view",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, measure: Callable[[ChatMessage], int] | None = None) -> None:
         self.view: list[ChatMessage] | None = None
         self.n_summary = 0
         self.seqs: list[int | None] = []
@@ -76,6 +89,16 @@ class KeyState:
         self.pending: list[ChatMessage] = []
         self.failures = 0
         self.retry_at: float | None = None
+        self.measure = measure
+        self.tokens = 0
+        self.hold = 0
+        self.compactions = 0
+        self.scheduled = False
+
+    def size_of(self, messages: Sequence[ChatMessage]) -> int:
+        """``messages`` measured in the budget unit (tokens, else messages)."""
+        measure = self.measure
+        return len(messages) if measure is None else sum(map(measure, messages))
 
     def in_use(self) -> bool:
         """True while a task works on this state (a summary, a read-back)."""
@@ -91,6 +114,8 @@ class KeyState:
         self.view = [*summary, *tail]
         self.n_summary = len(summary)
         self.seqs = list(seqs)
+        if self.measure is not None:
+            self.tokens = sum(map(self.measure, self.view))
 
     def append(self, messages: Sequence[ChatMessage], *, dedupe: bool) -> None:
         """Add messages just stored through this instance at the end of the view.
@@ -104,6 +129,8 @@ class KeyState:
             messages = [m for m in messages if m.id not in have]
         self.view.extend(messages)
         self.seqs.extend([None] * len(messages))
+        if self.measure is not None:
+            self.tokens += sum(map(self.measure, messages))
 
     def sequenced_len(self) -> int:
         """How many tail messages (from the start of the tail) have a known sequence."""
@@ -122,10 +149,13 @@ class KeyStates:
     finishes on a detached state, and the key is cold afterwards).
     """
 
-    __slots__ = ("_map", "bump", "max_entries", "peek")
+    __slots__ = ("_map", "bump", "max_entries", "measure", "peek")
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(
+        self, max_entries: int, measure: Callable[[ChatMessage], int] | None = None
+    ) -> None:
         self.max_entries = max_entries
+        self.measure = measure
         self._map: OrderedDict[ChatKey, KeyState] = OrderedDict()
         # The fetch path's two calls, bound once (C methods: no Python frame per fetch).
         self.peek = self._map.get
@@ -154,7 +184,7 @@ class KeyStates:
         """The state of ``key`` (a new cold one when it has none), marked most recently used."""
         state = self._map.get(key)
         if state is None:
-            state = self._map[key] = KeyState()
+            state = self._map[key] = KeyState(self.measure)
             self._evict()
         else:
             self._map.move_to_end(key)

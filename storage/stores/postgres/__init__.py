@@ -43,7 +43,9 @@ versions, and never written.
 dead tuples, WAL and backups, and what a DBA does about it, is in :mod:`.erasure`
 (``await store.vacuum()`` runs ``VACUUM FULL`` on the store's tables).
 
-asyncpg is asyncio-only, and so is this store (under trio it raises ``ConfigError``).
+Needs PostgreSQL 13 or newer (``gen_random_uuid``, ``websearch_to_tsquery``; tested on 15)
+and a login that may create tables and functions in its schema. asyncpg is asyncio-only, and
+so is this store (under trio it raises ``ConfigError``).
 """
 
 from __future__ import annotations

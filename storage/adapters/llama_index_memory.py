@@ -1,0 +1,229 @@
+"""LlamaIndex ``Memory`` adapter: a chatlayers stack as an ``AsyncDBChatStore``.
+
+LlamaIndex's current memory class, ``Memory`` (``ChatMemoryBuffer`` is deprecated in its
+favour), keeps a session's messages in an ``AsyncDBChatStore``: a FIFO queue of *active*
+messages whose oldest are *archived* when the token limit is reached (and handed to its
+memory blocks). One line plugs a chatlayers stack in::
+
+    memory = Memory.from_defaults(session_id="s1", chat_store=LlamaIndexMemoryStore(stack,
+                                  user_id="u1"))
+
+A session is ``ChatKey(user_id, session_id, agent_id)``; messages convert as in
+:mod:`storage.adapters.llama_index` (lossless). The raw record holds every message, oldest
+first; the archived ones are its oldest ``n``, and ``n`` is kept as an application record
+(:class:`~storage.abilities.ConversationRecord` of kind ``"llama_index.archived"``) when the
+stack has :class:`~storage.abilities.RecordStorage` (every built-in store), else in this
+process only. Archiving therefore writes one small record and rewrites nothing; deleting
+messages rewrites the record (one atomic ``replace`` where the stack has it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from storage.abilities import ConversationRecord, ListableStorage, RecordStorage, find_ability
+from storage.adapters import missing_extra
+from storage.adapters.llama_index import from_chat_message, to_chat_message
+from storage.adapters.rewrite import insert, raw_history, rewrite
+from storage.errors import ConfigError
+from storage.message import ChatKey, ChatMessage
+from storage.protocol import ChatStorage
+
+try:
+    from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
+    from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
+    from pydantic import PrivateAttr
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise missing_extra("llama-index-core", "llama-index", exc) from exc
+
+__all__ = ["ARCHIVED_KIND", "LlamaIndexMemoryStore"]
+
+ARCHIVED_KIND: Final = "llama_index.archived"
+
+
+class LlamaIndexMemoryStore(AsyncDBChatStore):
+    """A chatlayers stack as the ``chat_store`` of LlamaIndex's ``Memory``.
+
+    Args:
+        stack: any ``ChatStorage``.
+        user_id: the user every session belongs to.
+        agent_id: the agent id of every conversation (default ``"assistant"``).
+
+    ``delete_message(key, idx)`` takes the message's position in the whole record (LlamaIndex's
+    SQL store takes its row id). ``get_keys`` needs a stack that can list its keys.
+
+    Raises:
+        InvalidMessageError: a message cannot be converted or stored (nothing is stored).
+        StorageUnavailableError: the stack's backend cannot be reached.
+    """
+
+    user_id: str
+    agent_id: str = "assistant"
+    _stack: Any = PrivateAttr()
+    _archived: dict[ChatKey, int] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, stack: ChatStorage, *, user_id: str, agent_id: str = "assistant") -> None:
+        super().__init__(user_id=user_id, agent_id=agent_id)  # type: ignore[call-arg]
+        self._stack = stack
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LlamaIndexMemoryStore"
+
+    @property
+    def stack(self) -> ChatStorage:
+        """The chatlayers stack."""
+        stack: ChatStorage = self._stack
+        return stack
+
+    def _key(self, key: str) -> ChatKey:
+        return ChatKey(self.user_id, key, self.agent_id)
+
+    # --- the archived count -------------------------------------------------------------
+
+    async def _load(self, key: ChatKey) -> tuple[list[ChatMessage], int]:
+        raw = await raw_history(self.stack, key)
+        records = find_ability(self.stack, RecordStorage)
+        if records is not None:
+            found = await records.fetch_records(key, kind=ARCHIVED_KIND)
+            count = int(found[-1].data.get("count", 0)) if found else 0
+        else:
+            count = self._archived.get(key, 0)
+        return raw, max(0, min(count, len(raw)))
+
+    async def _set_archived(self, key: ChatKey, count: int) -> None:
+        records = find_ability(self.stack, RecordStorage)
+        if records is not None:
+            await records.save_record(key, ConversationRecord(ARCHIVED_KIND, {"count": count}))
+        else:
+            self._archived[key] = count
+
+    async def _rewrite(self, key: ChatKey, messages: list[ChatMessage], archived: int) -> None:
+        await rewrite(self.stack, key, messages)
+        if messages:
+            await self._set_archived(key, archived)  # the count after this rewrite
+        else:
+            self._archived.pop(key, None)
+
+    @staticmethod
+    def _select(
+        raw: list[ChatMessage], archived: int, status: MessageStatus | None
+    ) -> list[ChatMessage]:
+        if status == MessageStatus.ACTIVE:
+            return raw[archived:]
+        if status == MessageStatus.ARCHIVED:
+            return raw[:archived]
+        return raw
+
+    # --- AsyncDBChatStore ---------------------------------------------------------------
+
+    async def get_messages(
+        self,
+        key: str,
+        status: MessageStatus | None = MessageStatus.ACTIVE,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> list[LlamaMessage]:
+        """The session's messages of ``status`` (``None``: all), oldest first."""
+        raw, archived = await self._load(self._key(key))
+        selected = self._select(raw, archived, status)[offset or 0 :]
+        if limit is not None:
+            selected = selected[:limit]
+        return [from_chat_message(m) for m in selected]
+
+    async def count_messages(
+        self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
+    ) -> int:
+        """How many messages of ``status`` the session holds."""
+        raw, archived = await self._load(self._key(key))
+        return len(self._select(raw, archived, status))
+
+    async def add_message(
+        self, key: str, message: LlamaMessage, status: MessageStatus = MessageStatus.ACTIVE
+    ) -> None:
+        """Append one message (an archived one joins the archived prefix)."""
+        await self.add_messages(key, [message], status)
+
+    async def add_messages(
+        self,
+        key: str,
+        messages: list[LlamaMessage],
+        status: MessageStatus = MessageStatus.ACTIVE,
+    ) -> None:
+        """Append ``messages`` as one atomic batch."""
+        chat_key = self._key(key)
+        batch = [to_chat_message(m) for m in messages]
+        if not batch:
+            return
+        if status != MessageStatus.ARCHIVED:
+            await self.stack.save_messages(chat_key, batch)
+            return
+        raw, archived = await self._load(chat_key)
+        if archived == len(raw):
+            await self.stack.save_messages(chat_key, batch)
+        else:
+            await rewrite(self.stack, chat_key, insert(raw, archived, batch))
+        await self._set_archived(chat_key, archived + len(batch))
+
+    async def set_messages(
+        self,
+        key: str,
+        messages: list[LlamaMessage],
+        status: MessageStatus = MessageStatus.ACTIVE,
+    ) -> None:
+        """Replace the session with ``messages``, all of ``status``."""
+        batch = [to_chat_message(m) for m in messages]
+        archived = len(batch) if status == MessageStatus.ARCHIVED else 0
+        await self._rewrite(self._key(key), batch, archived)
+
+    async def delete_message(self, key: str, idx: int) -> LlamaMessage | None:
+        """Remove the message at position ``idx`` of the whole record; ``None`` if none."""
+        chat_key = self._key(key)
+        raw, archived = await self._load(chat_key)
+        if not 0 <= idx < len(raw):
+            return None
+        await self._rewrite(chat_key, raw[:idx] + raw[idx + 1 :], archived - (idx < archived))
+        return from_chat_message(raw[idx])
+
+    async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
+        """Remove the session's messages of ``status`` (``None``: the whole conversation)."""
+        chat_key = self._key(key)
+        if status is None:
+            await self.stack.delete(chat_key)
+            self._archived.pop(chat_key, None)
+            return
+        raw, archived = await self._load(chat_key)
+        if status == MessageStatus.ACTIVE:
+            await self._rewrite(chat_key, raw[:archived], archived)
+        else:
+            await self._rewrite(chat_key, raw[archived:], 0)
+
+    async def delete_oldest_messages(self, key: str, n: int) -> list[LlamaMessage]:
+        """Remove the ``n`` oldest active messages and return them."""
+        chat_key = self._key(key)
+        raw, archived = await self._load(chat_key)
+        gone = raw[archived : archived + max(0, n)]
+        if gone:
+            await self._rewrite(chat_key, raw[:archived] + raw[archived + len(gone) :], archived)
+        return [from_chat_message(m) for m in gone]
+
+    async def archive_oldest_messages(self, key: str, n: int) -> list[LlamaMessage]:
+        """Archive the ``n`` oldest active messages and return them (one small record)."""
+        chat_key = self._key(key)
+        raw, archived = await self._load(chat_key)
+        moved = raw[archived : archived + max(0, n)]
+        if moved:
+            await self._set_archived(chat_key, archived + len(moved))
+        return [from_chat_message(m) for m in moved]
+
+    async def get_keys(self) -> list[str]:
+        """The user's session ids holding messages of this agent, sorted.
+
+        Raises:
+            ConfigError: the stack cannot list its keys.
+        """
+        listable = find_ability(self.stack, ListableStorage)
+        if listable is None:
+            raise ConfigError("get_keys needs a stack that can list its keys (list_keys)")
+        keys = await listable.list_keys(self.user_id)
+        return sorted({k.session_id for k in keys if k.agent_id == self.agent_id})
