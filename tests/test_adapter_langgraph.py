@@ -167,3 +167,45 @@ async def test_delete_thread_erases_the_conversation() -> None:
     await saver.adelete_thread("thread-1")
     assert await store.fetch(ChatKey("user-1", "thread-1", "agent")) == []
     assert await saver.aget_tuple(CONFIG) is None
+
+
+RESUME = """
+import sys
+from langchain_core.messages import HumanMessage
+from storage.adapters.langgraph import ChatlayersCheckpointer
+from storage.stores.sqlite import SQLiteChatStorage
+from storage.sync import SyncChatStorage
+from tests.test_adapter_langgraph import CONFIG, agent_with
+
+db, start, prompt = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with SyncChatStorage(SQLiteChatStorage(db)) as chats:
+    agent, model = agent_with(ChatlayersCheckpointer(chats), start=start)
+    agent.invoke({"messages": [HumanMessage(prompt, id=f"human-{start}")]}, CONFIG)
+    print(len(model.seen[0]), [m.id for m in agent.get_state(CONFIG).values["messages"]])
+"""
+
+
+def test_a_thread_resumes_in_a_new_process(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "chats.db")
+    repo = Path(__file__).resolve().parents[1]
+    outputs = []
+    for start, prompt in ((1, "Weather in Oslo?"), (3, "What did I ask?")):
+        done = subprocess.run(
+            [sys.executable, "-c", RESUME, db, str(start), prompt],
+            capture_output=True,
+            text=True,
+            cwd=repo,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.strip())
+    seen_first, _ = outputs[0].split(" ", 1)
+    seen_second, ids = outputs[1].split(" ", 1)
+    assert seen_first == "1"  # a new thread: the model saw only the question
+    assert seen_second == "5"  # the second process's model saw the whole first turn
+    assert ids.startswith("['human-1', 'ai-1', ")
+    assert ids.endswith("'ai-2', 'human-3', 'ai-3']")

@@ -582,3 +582,30 @@ async def test_search_indexes_a_backlog_in_bounded_transactions(path: Path) -> N
         assert len(await store.search("u", "backlog", limit=50)) == 12
         assert not fts.stale(conn)
         assert fts.indexed_to(conn) == tail.head.last_seq
+
+
+async def test_a_failed_write_leaves_messages_and_tallies_as_they_were(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from storage.stores.sqlite import tallies
+
+    async with SQLiteChatStorage(path) as store:
+        await store.save(KEY, msg("kept"))
+        before = (await store.head(KEY), await store.list_sessions("u"))
+
+        def broken(*args: object) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(tallies, "add", broken)
+        with pytest.raises(StorageUnavailableError) as info:
+            await store.save_messages(KEY, [msg("lost 1"), msg("lost 2")])
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        with pytest.raises(StorageUnavailableError):
+            await store.replace(KEY, [msg("lost 3")])
+        monkeypatch.undo()
+        assert [m.content for m in await store.fetch(KEY)] == ["kept"]
+        assert (await store.head(KEY), await store.list_sessions("u")) == before
+        assert not store._conn.in_transaction
+        assert [m.content for m in await store.save(KEY, msg("next"))] == ["next"]

@@ -44,10 +44,13 @@ __all__ = [
     "DataKey",
     "KeyErasedError",
     "aad_prefix",
+    "check_sealed",
     "open_message",
     "open_record",
     "seal_message",
     "seal_record",
+    "token_key_id",
+    "token_of_record",
 ]
 
 MESSAGE: Final = b"m"
@@ -162,9 +165,7 @@ def _record_aad(prefix: bytes, record: ConversationRecord) -> bytes:
     return prefix + record.id.encode("utf-8") + b"\x00" + record.kind.encode("utf-8")
 
 
-def seal_record(
-    data_key: DataKey, prefix: bytes, record: ConversationRecord
-) -> ConversationRecord:
+def seal_record(data_key: DataKey, prefix: bytes, record: ConversationRecord) -> ConversationRecord:
     """``record`` with its data sealed (``kind``, ``id``, ``created_at`` clear)."""
     plain = json.dumps(thaw(record.data), ensure_ascii=False, separators=(",", ":"))
     token = seal(data_key.aead, data_key.key_id, _record_aad(prefix, record), plain.encode())
@@ -185,6 +186,3 @@ def open_record(
     except ValueError as exc:
         raise CorruptRecordError(f"{where}: record {stored.id!r}: {exc}") from None
     return attrs.evolve(stored, data=data)
-
-
-__all__ += ["check_sealed", "token_key_id", "token_of_record"]

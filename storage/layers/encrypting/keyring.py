@@ -18,6 +18,7 @@ keep keyring backups separate and short-lived.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -124,9 +125,7 @@ class SQLiteKeyring:
             db.execute("PRAGMA secure_delete = ON")  # destroyed entries are zeroed on disk
             db.execute(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
-            raise StorageUnavailableError(
-                f"keyring {self.location}: cannot open ({exc})"
-            ) from exc
+            raise StorageUnavailableError(f"keyring {self.location}: cannot open ({exc})") from exc
         self._db = db
         return db
 
@@ -253,12 +252,10 @@ class StoreKeyring:
         version, current = await self._current(entry.user_id)
         if current is not None:
             return current
-        try:
+        with contextlib.suppress(ConflictError):  # another writer added one first: use theirs
             await self.store.save_messages_if(
                 self._key(entry.user_id), [self._encode(entry)], expected_version=version
             )
-        except ConflictError:
-            pass  # another writer added one first: use theirs
         stored = await self.get(entry.user_id)
         if stored is None:
             raise ConflictError(f"keyring: the data key of {entry.user_id!r} was just erased")

@@ -52,7 +52,7 @@ def fingerprint(key: bytes) -> str:
 
 def _wrap_aad(user_id: str, key_id: str) -> bytes:
     # A ChatKey part never holds NUL, and a key id is hex: the join is unambiguous.
-    return _WRAP_LABEL + f"{user_id}\x00{key_id}".encode("utf-8")
+    return _WRAP_LABEL + f"{user_id}\x00{key_id}".encode()
 
 
 @attrs.frozen(repr=False)

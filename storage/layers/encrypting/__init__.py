@@ -1,0 +1,63 @@
+"""The ``encrypt`` layer: chat history encrypted at rest, erasure that reaches every copy.
+
+``EncryptingChatStorage(inner, keyring=..., key_env=...)`` (``encrypt::`` in URLs) seals
+every message, checkpoint message and record with AES-256-GCM under a per-user data key
+before the inner store sees it, and opens them on every read. Data keys are kept only
+wrapped by a master key, in a keyring apart from the data, so ``delete_user`` crypto-shreds:
+destroying one small keyring entry makes the user's ciphertext unreadable in every copy
+(WAL files, free pages, replicas, backups, exports).
+
+Modules, one concept each:
+
+- :mod:`.cipher`: the ciphertext token (AES-GCM, key id, associated data);
+- :mod:`.master`: master keys from configuration, fingerprints, wrapping data keys;
+- :mod:`.keyring`: where wrapped data keys live (a SQLite file, or any store URL);
+- :mod:`.envelope`: what the store holds for a message, a checkpoint message, a record;
+- :mod:`.cache`: decrypted messages kept in memory for fast re-reads;
+- :mod:`.vault`: the optional placeholder vault (reversible PII placeholders);
+- :mod:`.layer`: ``EncryptingChatStorage``.
+
+Rotation: give a new master key first (``key_env`` holds ``NEW,OLD``), run ``chatlayers
+keys rotate`` (re-wraps every data key under the newest master key; no message is
+rewritten), then drop the old key.
+"""
+
+from __future__ import annotations
+
+from storage.layers.encrypting.envelope import KeyErasedError
+from storage.layers.encrypting.keyring import (
+    Keyring,
+    SQLiteKeyring,
+    StoreKeyring,
+    WrappedKey,
+    open_keyring,
+)
+from storage.layers.encrypting.layer import EncryptingChatStorage
+from storage.layers.encrypting.master import (
+    DEFAULT_KEY_ENV,
+    MasterKeys,
+    fingerprint,
+    load_master_keys,
+    new_master_key,
+)
+from storage.layers.encrypting.rotation import KeyStatus, key_status, rotate_keys
+from storage.layers.encrypting.vault import PlaceholderVault
+
+__all__ = [
+    "DEFAULT_KEY_ENV",
+    "EncryptingChatStorage",
+    "KeyErasedError",
+    "KeyStatus",
+    "Keyring",
+    "MasterKeys",
+    "PlaceholderVault",
+    "SQLiteKeyring",
+    "StoreKeyring",
+    "WrappedKey",
+    "fingerprint",
+    "key_status",
+    "load_master_keys",
+    "new_master_key",
+    "open_keyring",
+    "rotate_keys",
+]
