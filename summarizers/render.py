@@ -65,7 +65,8 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
 
     Only the prior summary (the first message, if ``is_summary``) and the messages after it
     that are not in the last ``keep_last`` turns are summarized. There is nothing to summarize
-    when the history after the prior summary has at most ``keep_last`` turns.
+    when the history after the prior summary has at most ``keep_last`` turns (with
+    ``keep_last=0``: when it is empty).
 
     Raises:
         ValueError: ``keep_last`` is negative.
@@ -81,8 +82,10 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
     elif rest and rest[0].role == "system":
         system_prompt = content_text(rest[0])
         rest = rest[1:]
-    _, turns = split_turns(rest)
-    if len(turns) <= keep_last:
+    prefix, turns = split_turns(rest)
+    # keep_last=0 summarizes everything, also a run of tool groups with no user message (the
+    # summarizing layer compressing the older groups of one long agent turn).
+    if len(turns) <= keep_last and not (keep_last == 0 and prefix):
         return None
     start = last_turns_start(rest, keep_last)
     return SummaryPlan(

@@ -115,6 +115,9 @@ def buffers(draw: st.DrawFn) -> list[ChatMessage]:
 def expected_tail(buffer: Sequence[ChatMessage], keep_last: int) -> list[ChatMessage] | None:
     """Reference: the last keep_last turns, or None when there is nothing to summarize."""
     users = [i for i, m in enumerate(buffer) if m.role == "user"]
+    if keep_last == 0:  # everything after the prior summary or system prompt is summarized
+        head = 1 if buffer and (buffer[0].is_summary or buffer[0].role == "system") else 0
+        return [] if buffer[head:] else None
     if len(users) <= keep_last:
         return None
     return list(buffer[users[-keep_last] :]) if keep_last else []

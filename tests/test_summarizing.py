@@ -371,16 +371,22 @@ class Reference:
         self.buffer: list[ChatMessage] | None = None
         self.threshold = trigger_at * 2
         self.keep_last = keep_last
+        # A summary that leaves the view over the trigger holds the key until this much more
+        # arrived (issue 13.1: no retry on every save).
+        self.step = max(1, self.threshold - max(1, self.threshold // 4))
+        self.hold = 0
 
     def summarize(self, history: list[ChatMessage]) -> list[ChatMessage]:
         start = last_turns_start(history, self.keep_last)
-        return [summary(f"summary of {start} messages"), *history[start:]]
+        result = [summary(f"summary of {start} messages"), *history[start:]]
+        self.hold = len(result) + self.step if len(result) > self.threshold else 0
+        return result
 
     def save(self, stored: list[ChatMessage]) -> None:
         self.raw += stored
         if self.buffer is not None:
             self.buffer += stored
-            if len(self.buffer) > self.threshold:
+            if len(self.buffer) > self.threshold and len(self.buffer) >= self.hold:
                 self.buffer = self.summarize(self.buffer)
 
     def fetch(self) -> list[ChatMessage]:

@@ -164,7 +164,7 @@ async def test_nesting_up_to_the_limit_round_trips(store: ChatStorage) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5_000, 200_000])
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5_000, 50_000])
 @pytest.mark.parametrize("where", ["content", "metadata", "extra"])
 async def test_nesting_past_the_limit_is_refused_never_recursion_error(
     store: ChatStorage, depth: int, where: str

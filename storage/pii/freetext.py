@@ -153,11 +153,7 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
                 continue
             first, word = before[0]
             bare = word.rstrip(".").lower()
-            if (
-                bare in _UNIT_WORDS
-                or (word == "#" and len(before) > 1)
-                or _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None
-            ):
+            if bare in _UNIT_WORDS or _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
                 start = first
             else:
                 # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then

@@ -187,6 +187,9 @@ class PIIScrubber:
             ``STREET_ADDRESS``; ``zip``, ``postal_code`` -> ``ZIP_CODE``; ``first_name``,
             ``last_name`` -> ``PERSON``); applies in tool-call arguments, tool results and
             JSON blocks. ``{}`` turns it off.
+        vault: called as ``vault(key, placeholder, original value)`` for every placeholder
+            made (not for masks), e.g. the encrypting layer's ``PlaceholderVault``, which
+            keeps the originals encrypted for ``reveal``. ``None`` (default): nothing kept.
 
     Attributes:
         counts: ``Counter`` of the entities replaced since construction, by entity name.
@@ -208,6 +211,7 @@ class PIIScrubber:
         detectors: Mapping[str, CustomDetector] | None = None,
         recognizer: EntityRecognizer | None = None,
         json_keys: Mapping[str, Iterable[str]] | None = None,
+        vault: Callable[[ChatKey, str, str], None] | None = None,
     ) -> None:
         self._secret, self._secret_source = _load_secret(secret)
         # Warned on the first scrub, not here: a stack built only to read must stay quiet.
@@ -253,6 +257,7 @@ class PIIScrubber:
         # Called with (entity, original value) for every replacement: benchmarks score with it.
         self._observer: Callable[[str, str], None] | None = None
         self._hashers: dict[ChatKey, KeyedHasher] = {}
+        self._vault = vault
 
     # --- public API -------------------------------------------------------------------------
 
@@ -345,7 +350,7 @@ class PIIScrubber:
             if self._warn_random:
                 self._warn_random = False
                 _warn_random_secret()
-        return _Run(self, hasher, self._known_values(key))
+        return _Run(self, hasher, self._known_values(key), key)
 
     def _find(self, text: str, known: KnownValues | None) -> list[Detection]:
         if not text:
@@ -367,7 +372,9 @@ class PIIScrubber:
             found = _outside_placeholders(text, found)
         return resolve(found)
 
-    def _replace(self, text: str, found: list[Detection], hasher: KeyedHasher) -> str:
+    def _replace(
+        self, text: str, found: list[Detection], hasher: KeyedHasher, key: ChatKey | None = None
+    ) -> str:
         pieces: list[str] = []
         last = 0
         masking = self.mode == "mask"
@@ -379,7 +386,10 @@ class PIIScrubber:
             if masking and entity in MASKED_ENTITIES:
                 pieces.append(mask(value))
             else:
-                pieces.append(hasher.placeholder(entity, value))
+                placeholder = hasher.placeholder(entity, value)
+                if self._vault is not None and key is not None:
+                    self._vault(key, placeholder, value)
+                pieces.append(placeholder)
             self.counts[entity] += 1
             last = end
         pieces.append(text[last:])
@@ -557,10 +567,12 @@ def _glued(text: str, found: list[Detection]) -> bool:
 class _Run:
     """One message's worth of scrubbing: the conversation's hasher and known values."""
 
-    __slots__ = ("_hasher", "_known", "_owner")
+    __slots__ = ("_chat_key", "_hasher", "_known", "_owner")
 
-    def __init__(self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None):
-        self._owner, self._hasher, self._known = owner, hasher, known
+    def __init__(
+        self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None, key: ChatKey
+    ):
+        self._owner, self._hasher, self._known, self._chat_key = owner, hasher, known, key
 
     def text(self, text: str) -> str:
         """Scrub plain text. A replacement changes what its neighbours touch ("a@b.co+44 20
@@ -574,7 +586,7 @@ class _Run:
                 break
             # Masks keep digits ("***-****4111"), which can join what follows: always rescan.
             again = owner.mode == "mask" or _glued(text, found)
-            text = owner._replace(text, found, self._hasher)
+            text = owner._replace(text, found, self._hasher, self._chat_key)
             if not again:
                 break  # nothing touched a replaced span: another pass would find nothing new
         return text
@@ -588,7 +600,7 @@ class _Run:
         """A placeholder for a whole integer that is PII (a card number), else ``None``."""
         found = self._owner._find(digits, self._known)
         if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
-            return self._owner._replace(digits, found, self._hasher)
+            return self._owner._replace(digits, found, self._hasher, self._chat_key)
         return None
 
     def keyed(self, key: str, value: str) -> str | None:
@@ -600,7 +612,10 @@ class _Run:
         owner.counts[entity] += 1
         if owner._observer is not None:
             owner._observer(entity, value)
-        return self._hasher.placeholder(entity, value)
+        placeholder = self._hasher.placeholder(entity, value)
+        if owner._vault is not None:
+            owner._vault(self._chat_key, placeholder, value)
+        return placeholder
 
 
 def _scrub_value(value: Any, run: _Run) -> Any:

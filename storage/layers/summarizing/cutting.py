@@ -40,7 +40,11 @@ def mark_verbatim(message: ChatMessage) -> ChatMessage:
         return message
     meta = thaw(message.metadata)
     own = meta.get("chatlayers")
-    meta["chatlayers"] = {**(own if isinstance(own, dict) else {}), "summary": True, "verbatim": True}
+    meta["chatlayers"] = {
+        **(own if isinstance(own, dict) else {}),
+        "summary": True,
+        "verbatim": True,
+    }
     return attrs.evolve(message, metadata=meta)
 
 
@@ -184,19 +188,20 @@ def plan_cut(
     trigger: int,
     keep_budget: int,
     by_tokens: bool,
+    fixed: int = 0,
 ) -> Cut | None:
     """Where to cut ``items`` (``None``: nothing can be summarized).
 
-    The newest turn over ``trigger`` on its own (and holding two groups or more): groups
+    The newest turn over ``trigger`` on its own (with ``fixed``, the size of the pinned prompt
+    and the summary that stay whatever is cut; and holding two groups or more): groups
     mode, keeping the newest groups within ``keep_budget`` (at least one; at least one is
     summarized). Otherwise turns mode: the last ``keep_last`` turns stay (with a token budget,
     fewer while they exceed ``keep_budget``, never less than one).
     """
     users = [i for i, m in enumerate(items) if m.role == "user"]
     newest = users[-1] if users else 0
-    if size_of(items[newest:]) > trigger:
-        starts = [
-i for i in range(newest, len(items)) if items[i].role == "assistant"]
+    if fixed + size_of(items[newest:]) > trigger:
+        starts = [i for i in range(newest, len(items)) if items[i].role == "assistant"]
         if len(starts) >= 2:
             keep = starts[-1]
             for start in reversed(starts[1:-1]):

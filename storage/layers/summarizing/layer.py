@@ -48,6 +48,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 import anyio
+import attrs
 from anyio.abc import TaskGroup
 
 from storage.abilities import (
@@ -66,7 +67,7 @@ from storage.errors import (
     InvalidMessageError,
     SummarizerError,
 )
-from storage.history import safe_window
+from storage.history import last_turns_start, safe_window
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
 from storage.layers.summarizing.cutting import Work, opener_before, plan_cut
@@ -118,8 +119,8 @@ class SummarizingChatStorage(
             ``summarizers.ExtractiveSummarizer()`` (offline, deterministic).
         trigger_at: summarize when a view holds more than ``trigger_at * 2`` messages
             (``trigger_at`` message pairs). Must be >= 1. Default 20, unless a token budget
-            is given (then messages are not counted unless ``trigger_at`` is given too... no:
-            a token budget replaces the pair budget; giving both is a ``ConfigError``).
+            is given: a token budget replaces the pair budget (giving both is a
+            ``ConfigError``).
         keep_last: turns kept verbatim after the summary (a turn is a user message and
             everything up to the next user message). Must be >= 0.
         trigger_tokens: token budget: summarize when the view holds more than this many
@@ -173,7 +174,9 @@ class SummarizingChatStorage(
     whose view could not be brought under the trigger waits for ``trigger - keep`` more
     (:mod:`.policy`), so a history of ``n`` messages (or tokens) costs at most about
     ``n / (trigger - keep - s)`` calls, ``s`` the size of the summary and pinned messages
-    (the 600-pair agent turn with ``trigger_at=5``: at most 241 calls, measured 171).
+    (the 600-pair agent turn with ``trigger_at=5``, 1,202 messages with its system prompt:
+    at most ``1202 // (10 - 2 - 3) + 1 = 241`` calls, measured 199, and a view of at most 10
+    messages after every save).
 
     Raises:
         ValueError: on construction, for a bad ``trigger_at``, ``keep_last``,
@@ -227,7 +230,9 @@ class SummarizingChatStorage(
             if trigger_tokens < 1:
                 raise ValueError(f"trigger_tokens must be >= 1, got {trigger_tokens}")
         elif keep_tokens is not None:
-            raise ConfigError("keep_tokens needs a token budget (trigger_tokens or trigger_fraction)")
+            raise ConfigError(
+                "keep_tokens needs a token budget (trigger_tokens or trigger_fraction)"
+            )
         if keep_tokens is not None and not (
             trigger_tokens is not None and 0 < keep_tokens < trigger_tokens
         ):
@@ -313,6 +318,7 @@ class SummarizingChatStorage(
         self._window = self._threshold if self._fallback_window(on_error) else None
         self._states = KeyStates(max_buffers, measure)
         self._tasks: TaskGroup | None = None
+        self._group: Any = None
         self._running = 0
         self._idle = anyio.Event()
         self._fallback = on_error == "fallback"
@@ -579,7 +585,6 @@ class SummarizingChatStorage(
                 return
             try:
                 await self._summarize_store(state, key, force=False)
-                self._policy.settle(state)
             except SummarizerError as exc:
                 self.summary_failures += 1
                 self._policy.failed(state, key, exc)
@@ -618,32 +623,105 @@ class SummarizingChatStorage(
                     return False  # another worker summarized it meanwhile
                 n_summary = state.n_summary
                 n_tail = state.sequenced_len()
-                source = view[: n_summary + n_tail]
-                seqs = state.seqs[:n_tail]
+                seqs = cast(list[int], state.seqs[:n_tail])
+                covers = state.checkpoint.covers_to if state.checkpoint is not None else 0
+                work = Work.build(
+                    view[:n_summary], view[n_summary : n_summary + n_tail], seqs, covers
+                )
                 base_version = state.cp_version
                 epoch = state.head.epoch
-            state.summarizing = True
-            try:
-                result = await run_summarizer(self.summarizer, source, self.keep_last, self.timeout)
-            finally:
-                state.summarizing = False
-            summary, covered = split_result(result, source[n_summary:])
-            if covered == 0:
-                return False  # nothing could be summarized (at most keep_last turns)
-            if not summary:
-                raise SummarizerError(
-                    "summarizer result has no summary message before the kept turns; "
-                    "a checkpoint needs one (DESIGN.md §6)"
-                )
+            made = await self._compose(state, work)
+            if made is None or (made[1] <= covers and made[0] == list(view[:n_summary])):
+                self._policy.settle(state)  # nothing could be cut: wait for new material
+                return False
+            messages, covers_to, name = made
             now = datetime.now(UTC)
-            checkpoint = fleet.new_checkpoint(
-                [mark_summary(m, now) for m in summary],
-                cast(int, seqs[covered - 1]),
-                epoch,
-                self._summarizer_name,
-                now,
+            checkpoint = fleet.new_checkpoint(messages, covers_to, epoch, name, now)
+            installed = await self._store_checkpoint(state, key, checkpoint, base_version)
+            if installed:
+                self._policy.settle(state)
+            return installed
+
+    async def _compose(
+        self, state: KeyState, work: Work
+    ) -> tuple[list[ChatMessage], int, str] | None:
+        """The next checkpoint for ``work``: ``(messages, covers_to, made by)``, or ``None``
+        when nothing can be cut. Trimming first (no model call when it is enough), then a
+        summary of whole turns, or of the older tool groups of a turn over the budget alone.
+
+        Raises:
+            SummarizerError: the summarizer failed or its result was refused.
+        """
+        policy = self._policy
+        size_of = state.size_of
+        if self.trim_tool_results is not None:
+            items = list(work.items)
+            trimmed = trim_tool_results(
+                items, keep_turns=self.trim_keep_turns, max_chars=self.trim_tool_results
             )
-            return await self._store_checkpoint(state, key, checkpoint, base_version)
+            if any(a is not b for a, b in zip(items, trimmed, strict=True)):
+                cut = last_turns_start(items, self.trim_keep_turns)
+                messages = work.checkpoint(work.prior, cut, copies=trimmed[:cut])
+                kept = items[max(cut, work.n_carried) :]
+                if size_of(messages) + size_of(kept) <= policy.trigger:
+                    self.trims_made += 1
+                    return messages, work.covers_to_after(cut), "trim"
+                work = attrs.evolve(work, items=tuple(trimmed))  # the summarizer reads less
+        plan = plan_cut(
+            work.items,
+            keep_last=self.keep_last,
+            size_of=size_of,
+            trigger=policy.trigger,
+            keep_budget=policy.keep_budget,
+            by_tokens=policy.trigger_tokens is not None,
+            fixed=size_of(work.prior) + (size_of([work.pinned]) if work.pinned else 0),
+        )
+        if plan is None:
+            return None
+        now = datetime.now(UTC)
+        if plan.mode == "groups":
+            inputs = [m for m in work.items[: plan.cut] if m is not plan.opener]
+            result = await self._call(state, [*work.prior, *inputs], 0)
+            summary, covered = split_result(result, inputs)
+            if covered != len(inputs) or not summary:
+                return None  # the summarizer kept everything: nothing was shrunk
+            self._check_summary(summary)
+            marked = [mark_summary(m, now) for m in summary]
+            messages = work.checkpoint(marked, plan.cut, opener=plan.opener)
+            return messages, work.covers_to_after(plan.cut), self._summarizer_name
+        result = await self._call(state, [*work.prior, *work.items], plan.keep_turns)
+        summary, covered = split_result(result, work.items)
+        if covered == 0:
+            return None
+        if not summary:
+            raise SummarizerError(
+                "summarizer result has no summary message before the kept turns; "
+                "a checkpoint needs one (DESIGN.md §6)"
+            )
+        self._check_summary(summary)
+        marked = [mark_summary(m, now) for m in summary]
+        opener = opener_before(work.items, covered)
+        messages = work.checkpoint(marked, covered, opener=opener)
+        return messages, work.covers_to_after(covered), self._summarizer_name
+
+    async def _call(
+        self, state: KeyState, source: list[ChatMessage], keep_last: int
+    ) -> list[ChatMessage]:
+        state.summarizing = True
+        self.summarizer_calls += 1
+        try:
+            return await run_summarizer(self.summarizer, source, keep_last, self.timeout)
+        finally:
+            state.summarizing = False
+
+    @staticmethod
+    def _check_summary(summary: Sequence[ChatMessage]) -> None:
+        for message in summary:
+            if message.role == "tool" or message.tool_calls:
+                raise SummarizerError(
+                    "summarizer result splits a tool call from its results (a summary "
+                    "message cannot be a tool call or result)"
+                )
 
     async def _store_checkpoint(
         self, state: KeyState, key: ChatKey, checkpoint: SummaryCheckpoint, base_version: int
@@ -674,7 +752,7 @@ class SummarizingChatStorage(
                 await self._resummarize_memory(state, key)
             return serve(state.view, limit, self._policy.window(state))
         raw = await self.inner.fetch(key)
-        if len(raw) <= self._threshold:
+        if not self._over(raw):
             return serve(raw, limit, None)
         state = self._states.create(key)
         async with state.lock:
@@ -689,13 +767,20 @@ class SummarizingChatStorage(
                     state.summarizing = False
                     self._drop_if_cold(key, state)
                     raise
-                if len(raw) <= self._threshold:
+                if not self._over(raw):
                     state.summarizing = False
                     self._drop_if_cold(key, state)
                     return serve(raw, limit, None)
                 await self._summarize_memory(state, key, raw, activation=True)
             assert state.view is not None
             return serve(state.view, limit, self._policy.window(state))
+
+    def _over(self, messages: Sequence[ChatMessage]) -> bool:
+        """``messages`` are over the budget (a cold key's raw history)."""
+        counter = self._counter
+        if counter is None:
+            return len(messages) > self._policy.trigger
+        return counter.total(messages) > self._policy.trigger
 
     async def _resummarize_memory(self, state: KeyState, key: ChatKey) -> None:
         if not self._policy.may_try(state):
@@ -713,6 +798,7 @@ class SummarizingChatStorage(
         """Run the summarizer on ``source``; called with ``state.lock`` held and
         ``state.summarizing`` already set (so no save can slip between snapshot and call)."""
         accepted: list[ChatMessage] | None = None
+        self.summarizer_calls += 1
         try:
             accepted = await run_summarizer(self.summarizer, source, self.keep_last, self.timeout)
         except BaseException as exc:
@@ -733,6 +819,8 @@ class SummarizingChatStorage(
                 state.n_summary = leading_summaries(accepted)
                 if accepted != source:  # an unchanged view: nothing could be summarized
                     self.summaries_made += 1
+                    state.compactions += 1
+                self._policy.settle(state)
             elif state.view is None and activation:
                 if self._policy.fallback:  # serve the raw window until a retry succeeds
                     state.set_view((), [*source, *late])
@@ -860,13 +948,28 @@ class SummarizingChatStorage(
         return purged
 
     async def aclose(self) -> None:
+        """Cancel running background summaries (nothing is lost: the raw record holds every
+        message, and no checkpoint is half written), then close the stack below."""
+        group = getattr(self, "_group", None)
+        if group is not None:
+            self._group = None
+            await group.__aexit__(None, None, None)
         self._states.clear()
         await self.inner.aclose()
 
     def describe(self) -> str:
         return (
-            f"SummarizingChatStorage(trigger_at={self.trigger_at}, keep_last={self.keep_last}, "
-            f"max_buffers={self.max_buffers}, summaries={self.summaries}, "
+            "SummarizingChatStorage("
+            + (
+                f"trigger_tokens={self.trigger_tokens}, keep_tokens={self._policy.keep_budget}, "
+                f"model={self.model}, "
+                if self.trigger_tokens is not None
+                else f"trigger_at={self.trigger_at}, "
+            )
+            + f"keep_last={self.keep_last}, "
+            + (f"trim_tool_results={self.trim_tool_results}, " if self.trim_tool_results else "")
+            + ("background=True, " if self.background else "")
+            + f"max_buffers={self.max_buffers}, summaries={self.summaries}, "
             + (f"coherence={self.coherence}, " if self.summaries == "store" else "")
             + f"on_error={self.on_error}, summarizer={self._summarizer_name})"
         )

@@ -49,6 +49,9 @@ def trim_text(text: str, max_chars: int) -> tuple[str, int]:
 
 
 def _trimmed(message: ChatMessage, max_chars: int) -> ChatMessage:
+    marker = message.metadata.get("chatlayers")
+    if isinstance(marker, Mapping) and marker.get("trimmed_chars"):
+        return message  # trimmed once already: trimming again would drift
     content = message.content
     cut = 0
     new_content: Any = content
@@ -81,7 +84,8 @@ def trim_tool_results(
 
     A trimmed message keeps its id, role and ``tool_call_id`` (pairs stay intact) and records
     ``metadata["chatlayers"]["trimmed_chars"]``. Messages in the last ``keep_turns`` turns,
-    and every non-tool message, are returned as they are (the same objects).
+    every non-tool message and every message trimmed already are returned as they are (the
+    same objects), so trimming a trimmed view changes nothing.
 
     Raises:
         ValueError: ``keep_turns`` < 0 or ``max_chars`` < 20.

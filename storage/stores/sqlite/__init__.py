@@ -1,12 +1,13 @@
 """``sqlite:///PATH``: the embedded default store (stdlib ``sqlite3``, WAL mode).
 
 Modules, one concept each: :mod:`~storage.stores.sqlite.store` (the store),
+:mod:`~storage.stores.sqlite.connection` (opening: file mode, pragmas, version check),
 :mod:`~storage.stores.sqlite.schema` (tables, ``user_version``, migrations),
-:mod:`~storage.stores.sqlite.writes` (transactions, appends, WAL truncation),
-:mod:`~storage.stores.sqlite.tallies` (per-key and per-session counts),
+:mod:`~storage.stores.sqlite.writes` (transactions, appends, removals, WAL truncation),
+:mod:`~storage.stores.sqlite.tallies` (per-key and per-session counts, epochs),
 :mod:`~storage.stores.sqlite.checkpoints` (heads, checkpoints, leases),
-:mod:`~storage.stores.sqlite.sessions`, :mod:`~storage.stores.sqlite.fts` (search) and
-:mod:`~storage.stores.sqlite.records`.
+:mod:`~storage.stores.sqlite.sessions` (session listing), :mod:`~storage.stores.sqlite.fts`
+(search), :mod:`~storage.stores.sqlite.records` and :mod:`~storage.stores.sqlite.retention`.
 """
 
 from __future__ import annotations
