@@ -32,6 +32,7 @@ from storage.message import AgentMessage, ChatKey, ChatMessage, ToolCall
 if TYPE_CHECKING:
     from storage.config import open_storage
     from storage.history import validate_history
+    from storage.layers.encrypting import EncryptingChatStorage
     from storage.layers.summarizing import SummarizingChatStorage
     from storage.layers.transforming import TransformingChatStorage
     from storage.pii import PIIScrubber
@@ -52,6 +53,7 @@ __all__ = [
     "ChatStorageWrapper",
     "ConfigError",
     "CorruptRecordError",
+    "EncryptingChatStorage",
     "InMemoryChatStorage",
     "InvalidKeyError",
     "InvalidMessageError",
@@ -79,6 +81,7 @@ _LAZY = {
     "RedisChatStorage": "storage.stores.redis",
     "PostgresChatStorage": "storage.stores.postgres",
     "TransformingChatStorage": "storage.layers.transforming",
+    "EncryptingChatStorage": "storage.layers.encrypting",
     "SummarizingChatStorage": "storage.layers.summarizing",
     "PIIScrubber": "storage.pii",
     "SyncChatStorage": "storage.sync",

@@ -293,7 +293,8 @@ class ReplaceableStorage(Protocol):
 
     async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         """Atomically replace the key's record with ``messages`` (checked with
-        ``validate_history``); starts a new epoch and drops the checkpoint.
+        ``validate_history(messages, system="anywhere")``: a record, like ``save``, may hold
+        instruction messages mid-way); starts a new epoch and drops the checkpoint.
 
         Raises:
             InvalidMessageError: ``messages`` is not a valid history (nothing changed).

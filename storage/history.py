@@ -218,7 +218,7 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
     return message
 
 
-SystemPolicy = Literal["keep", "strip"]
+SystemPolicy = Literal["keep", "strip", "anywhere"]
 
 
 def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list[ChatMessage]:
@@ -232,7 +232,9 @@ def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list
         system: ``"keep"`` (default) returns a leading ``system``/``developer`` message with
             the rest; ``"strip"`` drops it, so a history restored into an agent that sends its
             own instructions does not carry them twice (PraisonAI's restore rule). A
-            non-leading one is an error either way.
+            non-leading one is an error with either. ``"anywhere"`` accepts instruction
+            messages at any position, as ``save`` does: a stored record may hold them mid-way
+            (OpenAI Agents sessions do), so ``replace`` of a record validates with it.
 
     Raises:
         InvalidMessageError: ``messages`` is not a list; an element is not a message or dict
@@ -240,10 +242,12 @@ def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list
             problem named); a ``system``/``developer`` message after index 0; a ``tool``
             message whose ``tool_call_id`` matches no call of the nearest preceding
             assistant message that has tool calls.
-        InvalidArgumentError: ``system`` is neither ``"keep"`` nor ``"strip"``.
+        InvalidArgumentError: ``system`` is not ``"keep"``, ``"strip"`` or ``"anywhere"``.
     """
-    if system not in ("keep", "strip"):
-        raise InvalidArgumentError(f"system must be 'keep' or 'strip', got {system!r}")
+    if system not in ("keep", "strip", "anywhere"):
+        raise InvalidArgumentError(
+            f"system must be 'keep', 'strip' or 'anywhere', got {system!r}"
+        )
     if not isinstance(messages, list | tuple):
         raise InvalidMessageError(
             f"history must be a list of messages, got {type(messages).__name__}"
@@ -261,7 +265,7 @@ def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list
                 f"got {type(item).__name__}"
             )
         message = validate_message(item, index)
-        if message.role in INSTRUCTION_ROLES and index != 0:
+        if message.role in INSTRUCTION_ROLES and index != 0 and system != "anywhere":
             raise InvalidMessageError(
                 f"message {index}: a {message.role} message is only allowed first (index 0)"
             )

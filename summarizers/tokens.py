@@ -162,11 +162,16 @@ class TokenCounter:
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._max = max_entries
 
-    def count(self, message: ChatMessage) -> int:
-        """Tokens of ``message`` (:func:`message_tokens`), from memory after the first call."""
-        found = self._counts.get(message.id)
+    def count(self, message: ChatMessage, key: str | None = None) -> int:
+        """Tokens of ``message`` (:func:`message_tokens`), from memory after the first call.
+
+        ``key`` replaces the message id as the memory key, for a changed copy of a message
+        that keeps its id (a trimmed tool result in a summarized view).
+        """
+        key = message.id if key is None else key
+        found = self._counts.get(key)
         if found is None:
-            found = self._counts[message.id] = _message_tokens(message, self._encode)
+            found = self._counts[key] = _message_tokens(message, self._encode)
             if len(self._counts) > self._max:
                 self._counts.popitem(last=False)
         return found

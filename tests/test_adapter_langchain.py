@@ -266,3 +266,13 @@ async def test_runnable_with_message_history_async_with_tool_calls(tmp_path: Pat
         stored = await store.fetch(ChatKey("u", "s1", "chat"))
         assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "assistant"]
         assert stored[1].tool_calls == (ToolCall("call_1", "get_weather", '{"city": "Paris"}'),)
+
+
+def test_developer_messages_read_as_system_messages() -> None:
+    from langchain_core.messages import SystemMessage
+
+    from storage.adapters.langchain import from_chat_message
+
+    converted = from_chat_message(ChatMessage("developer", "Be brief."))
+    assert isinstance(converted, SystemMessage)
+    assert converted.content == "Be brief."

@@ -103,7 +103,9 @@ def test_memory_from_url() -> None:
         open_storage("memory://somewhere")
     with pytest.raises(ConfigError, match="unknown option 'x'"):
         open_storage("memory://?x=1")
-    assert open_storage("memory://").base.describe() == "memory://"
+    plain = open_storage("memory://").base
+    assert isinstance(plain, InMemoryChatStorage)
+    assert plain.describe() == "memory://"
 
 
 def test_third_party_factory_without_from_url_gets_the_url_first() -> None:

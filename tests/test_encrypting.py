@@ -4,6 +4,7 @@ abilities, and ``summarize::scrub::encrypt::sqlite`` keeping shared summaries.""
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    SummaryCheckpoint,
     find_ability,
 )
 from storage.errors import ConfigError, CorruptRecordError, InvalidMessageError
@@ -42,6 +44,7 @@ pytestmark = pytest.mark.anyio
 
 KEY = ChatKey("user-1", "session-1", "agent")
 MASTER = new_master_key()
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def rich_history(tag: str) -> list[ChatMessage]:
@@ -166,18 +169,13 @@ async def test_no_plaintext_reaches_sqlite_or_jsonl_files(tmp_path: Path) -> Non
             "system", f"{tag}-summary", metadata={"chatlayers": {"summary": True}}
         )
         tail = await layer.fetch_since(KEY, 0)
-        from storage.abilities import SummaryCheckpoint
-
-        saved = await layer.save_checkpoint(
-            KEY,
-            SummaryCheckpoint(
-                (summary,), tail.seqs[-1], tail.head.epoch, "manual", tail.messages[0].created_at
-            ),  # type: ignore[arg-type]
-            expected_version=0,
-        )
-        assert saved is not None and saved.messages[0].text == f"{tag}-summary"
+        made = SummaryCheckpoint((summary,), tail.seqs[-1], tail.head.epoch, "manual", NOW)
+        saved = await layer.save_checkpoint(KEY, made, expected_version=0)
+        assert saved is not None
+        assert saved.messages[0].text == f"{tag}-summary"
         loaded = await layer.load_checkpoint(KEY)
-        assert loaded is not None and loaded.messages[0].is_summary
+        assert loaded is not None
+        assert loaded.messages[0].is_summary
         assert loaded.messages[0].text == f"{tag}-summary"
         assert (await layer.fetch_records(KEY))[0].data == {"note": f"{tag}-record"}
         await layer.aclose()
@@ -218,7 +216,7 @@ async def test_a_swapped_role_or_unencrypted_row_is_refused(tmp_path: Path) -> N
     base = InMemoryChatStorage()
     layer = encrypted(base, tmp_path)
     await layer.save(KEY, ChatMessage("user", "hello"))
-    (row,) = await base.fetch(KEY)
+    (_row,) = await base.fetch(KEY)
     key2 = ChatKey("user-1", "s2", "a")
     await base.save(key2, ChatMessage("user", "plain text written around the layer"))
     with pytest.raises(CorruptRecordError, match="not encrypted"):
@@ -280,6 +278,7 @@ async def test_abilities_are_forwarded_except_search(tmp_path: Path) -> None:
         "save_messages_if",
         "save_record",
         "fetch_records",
+        "purge",
     ):
         assert name in vars(EncryptingChatStorage), name
     await layer.aclose()
@@ -313,9 +312,12 @@ async def test_records_are_sealed_and_bound_to_their_kind(tmp_path: Path) -> Non
     base = InMemoryChatStorage()
     layer = encrypted(base, tmp_path)
     record = await layer.save_record(KEY, ConversationRecord("approval", {"ok": True}, id="r"))
-    assert record.data == {"ok": True} and record.seq > 0
+    assert record.data == {"ok": True}
+    assert record.seq > 0
     (raw,) = await base.fetch_records(KEY)
-    assert raw.kind == "approval" and raw.id == "r" and set(raw.data) == {"ce1"}
+    assert raw.kind == "approval"
+    assert raw.id == "r"
+    assert set(raw.data) == {"ce1"}
     key2 = ChatKey("user-1", "x", "y")
     await base.save_record(key2, attrs.evolve(raw, kind="other"))
     with pytest.raises(CorruptRecordError, match="does not authenticate"):
@@ -333,7 +335,8 @@ async def test_summarize_scrub_encrypt_sqlite_keeps_shared_summaries(
     )
     first = open_storage(url)
     layer = first.find(SummarizingChatStorage)
-    assert layer is not None and layer.summaries == "store"
+    assert layer is not None
+    assert layer.summaries == "store"
     encrypt = first.find(EncryptingChatStorage)
     assert encrypt is not None
     assert find_ability(encrypt, CheckpointStorage) is encrypt
@@ -341,22 +344,27 @@ async def test_summarize_scrub_encrypt_sqlite_keeps_shared_summaries(
         await first.save(KEY, ChatMessage("user", f"question {n} from ada@example.org"))
         await first.save(KEY, ChatMessage("assistant", f"answer {n} about the invoice"))
     view = await first.fetch(KEY)
-    assert view[0].is_summary and layer.summaries_made == 1
+    assert view[0].is_summary
+    assert layer.summaries_made == 1
     assert "ada@example.org" not in repr(view)  # scrubbed above the encryption
     # Another worker (a fresh stack over the same files) serves the same view, no new summary.
     second = open_storage(url)
     assert await second.fetch(KEY) == view
     other = second.find(SummarizingChatStorage)
-    assert other is not None and other.summaries_made == 0 and other.checkpoints_loaded == 1
+    assert other is not None
+    assert other.summaries_made == 0
+    assert other.checkpoints_loaded == 1
     # The checkpoint in the store is ciphertext with its clear summary marker.
     base = first.base
     checkpoint = await base.load_checkpoint(KEY)  # type: ignore[attr-defined]
-    assert checkpoint is not None and is_token(checkpoint.messages[0].content)
+    assert checkpoint is not None
+    assert is_token(checkpoint.messages[0].content)
     assert checkpoint.messages[0].is_summary
     await first.aclose()
     await second.aclose()
     data = files_bytes(tmp_path)
-    assert b"invoice" not in data and b"question" not in data
+    assert b"invoice" not in data
+    assert b"question" not in data
 
 
 # Configuration -----------------------------------------------------------------------------
@@ -369,7 +377,8 @@ async def test_url_options_and_key_env(tmp_path: Path, monkeypatch: pytest.Monke
         await stack.save(KEY, ChatMessage("user", "hi"))
         assert [m.text for m in await stack.fetch(KEY)] == ["hi"]
         text = stack.describe()
-        assert "master keys=2 from $MY_KEYS" in text and MASTER not in text
+        assert "master keys=2 from $MY_KEYS" in text
+        assert MASTER not in text
     monkeypatch.delenv("MY_KEYS")
     with pytest.raises(ConfigError, match="MY_KEYS"):
         open_storage(url)
@@ -382,12 +391,15 @@ async def test_url_options_and_key_env(tmp_path: Path, monkeypatch: pytest.Monke
         open_storage(f"encrypt::sqlite:///{tmp_path / 'c.db'}")
 
 
-def test_a_keyring_inside_the_data_store_is_refused(tmp_path: Path) -> None:
+def test_a_keyring_inside_the_data_store_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_KEYS", MASTER)
     db = tmp_path / "chats.db"
     with pytest.raises(ConfigError, match="own file"):
         EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring=db)
     with pytest.raises(ConfigError, match="own file"):
-        open_storage(f"encrypt?keys={MASTER}&keyring=sqlite:///{db}::sqlite:///{db}")
+        open_storage(f"encrypt?key_env=TEST_KEYS&keyring=sqlite:///{db}::sqlite:///{db}")
     with pytest.raises(ConfigError, match="inside the data store"):
         EncryptingChatStorage(
             JsonlChatStorage(tmp_path / "j"), keys=MASTER, keyring=tmp_path / "j" / "k.db"
@@ -397,6 +409,8 @@ def test_a_keyring_inside_the_data_store_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="the data store itself"):
         EncryptingChatStorage(store, keys=MASTER, keyring=StoreKeyring(store, "memory://"))
+    with pytest.raises(ConfigError, match="loses every data key"):
+        EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring="memory://")
     with pytest.raises(ConfigError, match="give keys or key_env"):
         EncryptingChatStorage(store, keys=MASTER, key_env="X", keyring=tmp_path / "k.db")
     with pytest.raises(ConfigError, match="given twice"):
@@ -408,7 +422,8 @@ async def test_works_under_the_scrubber_and_the_transforming_layer(tmp_path: Pat
     base = InMemoryChatStorage()
     stack = TransformingChatStorage(encrypted(base, tmp_path), PIIScrubber(secret="x"))
     (stored,) = await stack.save(KEY, ChatMessage("user", "mail ada@example.org"))
-    assert "ada@example.org" not in stored.text and "<EMAIL_ADDRESS_" in stored.text
+    assert "ada@example.org" not in stored.text
+    assert "<EMAIL_ADDRESS_" in stored.text
     assert await stack.fetch(KEY) == [stored]
     assert "EMAIL" not in repr(await base.fetch(KEY))
 
@@ -432,3 +447,13 @@ async def test_an_erased_users_rows_raise_key_erased(tmp_path: Path) -> None:
     await base.save_messages(KEY, rows)  # a restored backup of the ciphertext
     with pytest.raises(KeyErasedError, match="erased"):
         await layer.fetch(KEY)
+
+
+def test_the_encryption_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A quick run end to end (its timings are not judged here)."""
+    from benchmarks.encryption import main
+
+    assert main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| fetch 1000 (warm) |", "| fetch 1000 (cold) |", "| save 1 |", "Target:"):
+        assert row in out

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from storage.layers.encrypting import DEFAULT_KEY_ENV, EncryptingChatStorage
-from storage.testing import ConformanceSuite, StoreHarness
+from storage.testing import ConformanceSuite, StoreHarness, open_store
 from tests.conformance.stacks import HARNESSES
 
 # A fixed test key (32 bytes, urlsafe base64); never a real deployment's.
@@ -27,15 +27,11 @@ def encrypted_harness(base: StoreHarness, keyring: Path) -> StoreHarness:
     """``base`` with the encrypting layer above it (the keyring shared by every instance)."""
 
     def open_encrypted(**options: Any) -> Any:
-        made = base.open(**options)
-
         async def wrap() -> EncryptingChatStorage:
-            inner = await made if hasattr(made, "__await__") else made
+            inner = await open_store(base.open, **options)
             return EncryptingChatStorage(inner, keys=MASTER, keyring=keyring)
 
-        if hasattr(made, "__await__"):
-            return wrap()
-        return EncryptingChatStorage(made, keys=MASTER, keyring=keyring)
+        return wrap()
 
     url = f"encrypt?keyring={keyring}::{base.url}" if base.url is not None else None
     return StoreHarness(
@@ -60,6 +56,7 @@ class EncryptedSuite(ConformanceSuite):
 
 class TestEncryptedMemory(EncryptedSuite):
     name = "memory"
+    backends = ("asyncio",)  # the layer has no event-loop code: trio runs over SQLite
 
 
 class TestEncryptedSQLite(EncryptedSuite):
@@ -68,6 +65,7 @@ class TestEncryptedSQLite(EncryptedSuite):
 
 class TestEncryptedJsonl(EncryptedSuite):
     name = "jsonl"
+    backends = ("asyncio",)
 
 
 @pytest.mark.redis

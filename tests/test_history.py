@@ -205,8 +205,19 @@ def test_system_strip_still_refuses_a_non_leading_system_message() -> None:
         validate_history(raw, system="strip")
 
 
-def test_system_policy_must_be_keep_or_strip() -> None:
+def test_system_policy_must_be_a_known_one() -> None:
     from storage.errors import InvalidArgumentError
 
-    with pytest.raises(InvalidArgumentError, match="system must be 'keep' or 'strip'"):
+    with pytest.raises(InvalidArgumentError, match="system must be 'keep', 'strip' or 'anywhere'"):
         validate_history([], system="drop")  # type: ignore[arg-type]
+
+
+def test_anywhere_accepts_instruction_messages_mid_record() -> None:
+    record = [
+        ChatMessage("user", "hi"),
+        ChatMessage("developer", "new instructions"),
+        ChatMessage("system", "more"),
+    ]
+    assert validate_history(record, system="anywhere") == record
+    with pytest.raises(InvalidMessageError, match="only allowed first"):
+        validate_history(record)

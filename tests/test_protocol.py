@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol
@@ -76,8 +78,17 @@ async def _noop_summarizer(history: list[ChatMessage], keep_last: int) -> list[C
     return history
 
 
+def _encrypting(inner: Any) -> Any:
+    from storage.layers.encrypting import EncryptingChatStorage, StoreKeyring, new_master_key
+    from storage.stores.memory import InMemoryChatStorage
+
+    keyring = StoreKeyring(InMemoryChatStorage(), "memory://")
+    return EncryptingChatStorage(inner, keys=new_master_key(), keyring=keyring)
+
+
 LAYERS: dict[str, Any] = {
     "stack": lambda inner: Stack(inner),
+    "encrypting": _encrypting,
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
 }
@@ -96,8 +107,25 @@ def layer_classes() -> list[type]:
 
 
 def test_every_layer_class_is_covered() -> None:
+    import storage.layers
+
+    for module in pkgutil.walk_packages(storage.layers.__path__, "storage.layers."):
+        importlib.import_module(module.name)  # every layer class defined in storage/layers
     covered = {type(make(Recorder())) for make in LAYERS.values()}
     assert set(layer_classes()) <= covered
+
+
+# What each protocol call may reach below (a layer may save one message as a batch of one).
+REACHES = {name: {name} for name in PROTOCOL_METHODS} | {"save": {"save", "save_messages"}}
+PROTOCOL_CALLS: dict[str, Any] = {
+    "save": lambda s: s.save(KEY, ChatMessage("user", "x")),
+    "save_messages": lambda s: s.save_messages(KEY, [ChatMessage("user", "y")]),
+    "fetch": lambda s: s.fetch(KEY),
+    "fetch_all_chats": lambda s: s.fetch_all_chats("u", "s"),
+    "delete": lambda s: s.delete(KEY),
+    "delete_user": lambda s: s.delete_user("u"),
+    "aclose": lambda s: s.aclose(),
+}
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
@@ -105,14 +133,12 @@ async def test_layer_forwards_every_protocol_method(layer: str) -> None:
     inner = Recorder()
     wrapped = LAYERS[layer](inner)
     assert isinstance(wrapped, ChatStorage)
-    await wrapped.save(KEY, ChatMessage("user", "x"))
-    await wrapped.save_messages(KEY, [ChatMessage("user", "y")])
-    await wrapped.fetch(KEY)
-    await wrapped.fetch_all_chats("u", "s")
-    await wrapped.delete(KEY)
-    await wrapped.delete_user("u")
-    await wrapped.aclose()
-    assert inner.called == list(PROTOCOL_METHODS)
+    assert set(PROTOCOL_CALLS) == set(PROTOCOL_METHODS)
+    for name in PROTOCOL_METHODS:
+        inner.called.clear()
+        await PROTOCOL_CALLS[name](wrapped)
+        assert inner.called, f"{layer}: {name} never reached the inner store"
+        assert set(inner.called) <= REACHES[name], (layer, name, inner.called)
 
 
 class AbilityRecorder(Recorder):
@@ -313,3 +339,11 @@ def test_errors_form_one_tree() -> None:
         "SummarizerError",
     ):
         assert issubclass(getattr(storage, name), storage.ChatStorageError)
+
+
+def test_store_base_wraps_ability_methods_only_for_stores_with_a_driver() -> None:
+    from storage.stores.memory import InMemoryChatStorage
+    from storage.stores.sqlite import SQLiteChatStorage
+
+    assert getattr(SQLiteChatStorage.head, "__chatlayers_translating__", False)
+    assert not getattr(InMemoryChatStorage.head, "__chatlayers_translating__", False)

@@ -360,3 +360,30 @@ async def test_default_prompt_is_written_for_agent_transcripts(sent: list[dict[s
     transcript = user_turn_text(sent[0])
     assert 'called get_user_details({"user_id": "uid_A"})' in transcript  # the tool call
     assert 'Tool result of get_user_details: {"user": "A"}' in transcript  # and its result
+
+
+@pytest.mark.parametrize("setting", [None, "False"])
+def test_litellm_is_imported_with_the_local_price_list_only(setting: str | None) -> None:
+    """litellm fetches its price list from GitHub at import unless told not to (it once did
+    in the production-config test): the summarizer's import forces the bundled copy."""
+    pytest.importorskip("litellm")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    if setting is not None:
+        env["LITELLM_LOCAL_MODEL_COST_MAP"] = setting
+    script = (
+        "import os\n"
+        "from summarizers.llm import _import_litellm\n"
+        "_import_litellm()\n"
+        "from litellm.litellm_core_utils.get_model_cost_map import "
+        "get_model_cost_map_source_info as info\n"
+        "i = info()\n"
+        "print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'], i['source'], i['is_env_forced'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "local", "True"]

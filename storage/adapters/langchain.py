@@ -52,7 +52,14 @@ _ROLE_OF_TYPE: Final = {
     "tool": "tool",
     "ToolMessageChunk": "tool",
 }
-_TYPE_OF_ROLE: Final = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
+# LangChain has no developer message type: OpenAI's newer name for system maps to SystemMessage.
+_TYPE_OF_ROLE: Final = {
+    "user": "human",
+    "assistant": "ai",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+}
 # Fields held by ChatMessage itself (everything else goes to metadata when not default).
 _MAPPED: Final = frozenset({"content", "type", "name", "id", "tool_calls", "tool_call_id", "role"})
 

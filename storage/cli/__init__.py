@@ -49,6 +49,7 @@ COMMAND_MODULES: Final = (
     "storage.cli.commands",
     "storage.cli.browse",
     "storage.cli.maintenance",
+    "storage.cli.keys",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 

@@ -4,7 +4,11 @@ Each conversation (read by :func:`storage.cli.conversation_file.read_conversatio
 message at a time, with a fetch before every assistant message (when an orchestrator calls
 the model) and one at the end. The :class:`ReplayReport` holds what that did: messages
 stored, PII found by the scrubbing layers, summaries made, the raw record against the model's
-view in messages and tokens, and the fetch latencies.
+view in messages and tokens (also per set: per file), the fetch latencies, and what a save
+that triggered a summary cost next to a plain save (inline or background summarizing).
+
+The stack to replay agent traffic through is :data:`REPLAY_URL`: a token budget of 4,000
+tokens (see its docstring for why).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
 
 import attrs
 
@@ -24,7 +31,35 @@ from storage.message import ChatMessage
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReplayReport", "replay"]
+__all__ = ["REPLAY_URL", "ReplayReport", "SetFigures", "replay"]
+
+REPLAY_URL: Final = "summarize?trigger_tokens=4000::scrub::sqlite:///chatlayers.db"
+"""The stack for replaying agent traffic: summaries by a token budget of 4,000 tokens
+(``keep_tokens`` defaults to a quarter, 1,000). Why 4,000: on the shipped sets no ordinary chat
+reaches it (the longest OpenAssistant conversation is 2,344 tokens, and summarizing a short chat
+only loses detail), while 19 of the 50 tau-bench airline runs (3,595 tokens at the median, up
+to 9,036) and the SWE-agent trajectory (7,209) do; it leaves about 2,700 tokens above the
+1,255-token airline policy prompt, which stays pinned verbatim. A real deployment sets it from
+its model instead (``trigger_fraction=0.5&model=...``)."""
+
+
+@attrs.define
+class SetFigures:
+    """The figures of one replayed file (a "set").
+
+    Attributes:
+        conversations: conversations in it.
+        summarized: conversations whose final view starts with a summary or trimmed copy.
+        raw_tokens: tokens of their raw records (``None``: no tokenizer).
+        view_tokens: tokens of their final model views (``None``: no tokenizer).
+        summarizer_calls: summarizer calls their saves and fetches caused.
+    """
+
+    conversations: int = 0
+    summarized: int = 0
+    raw_tokens: int | None = 0
+    view_tokens: int | None = 0
+    summarizer_calls: int = 0
 
 
 @attrs.define
@@ -46,6 +81,11 @@ class ReplayReport:
         summaries_made: summaries made by the stack's summarizing layers.
         scrubbing: the stack has a scrubbing layer.
         summarizing: the stack has a summarizing layer.
+        sets: per replayed file (its name without ``.openai.jsonl``), in order.
+        summarizer_calls: summarizer calls of the stack's summarizing layers.
+        background: the summarizing layers make summaries in the background.
+        save_seconds: the latency of every save that triggered no summary, in seconds.
+        trigger_save_seconds: the latency of every save that triggered one.
     """
 
     conversations: int = 0
@@ -61,14 +101,51 @@ class ReplayReport:
     summaries_made: int = 0
     scrubbing: bool = False
     summarizing: bool = False
+    sets: dict[str, SetFigures] = attrs.field(factory=dict)
+    summarizer_calls: int = 0
+    background: bool = False
+    save_seconds: list[float] = attrs.field(factory=list)
+    trigger_save_seconds: list[float] = attrs.field(factory=list)
 
-    def percentile(self, q: float) -> float | None:
-        """The ``q`` quantile (0..1) of the fetch latencies in seconds (nearest rank)."""
-        if not self.fetch_seconds:
+    def percentile(self, q: float, values: Sequence[float] | None = None) -> float | None:
+        """The ``q`` quantile (0..1) of ``values`` (default: the fetch latencies) in seconds
+        (nearest rank); ``None`` when there are none."""
+        data = self.fetch_seconds if values is None else values
+        if not data:
             return None
-        ordered = sorted(self.fetch_seconds)
+        ordered = sorted(data)
         rank = max(1, min(len(ordered), math.ceil(q * len(ordered))))
         return ordered[rank - 1]
+
+    def set_rows(self) -> list[tuple[str, int, int, str, str, int]]:
+        """One row per set: (set, conversations, summarized, raw tokens, view tokens,
+        summarizer calls); tokens as ``"n/a"`` without a tokenizer."""
+        return [
+            (
+                name,
+                figures.conversations,
+                figures.summarized,
+                "n/a" if figures.raw_tokens is None else f"{figures.raw_tokens:,}",
+                "n/a" if figures.view_tokens is None else f"{figures.view_tokens:,}",
+                figures.summarizer_calls,
+            )
+            for name, figures in self.sets.items()
+        ]
+
+    def save_rows(self) -> list[tuple[str, str]]:
+        """What a save cost: plain saves and saves that triggered a summary, p50 and max,
+        in milliseconds."""
+        rows = []
+        mode = "background" if self.background else "inline"
+        for label, values in (
+            ("save p50", self.save_seconds),
+            (f"save triggering a summary p50 ({mode})", self.trigger_save_seconds),
+            (f"save triggering a summary max ({mode})", self.trigger_save_seconds),
+        ):
+            q = 1.0 if label.endswith(f"max ({mode})") else 0.5
+            value = self.percentile(q, values)
+            rows.append((label, "-" if value is None else f"{value * 1e3:.2f} ms"))
+        return rows
 
 
 async def replay(
@@ -95,20 +172,47 @@ async def replay(
         ChatStorageError: from the stack (the messages saved before it stay stored).
     """
     report = ReplayReport()
+    layers = _summarizing_layers(stack)
+    report.background = any(getattr(layer, "background", False) for layer in layers)
+    async with _background_tasks(layers):
+        await _replay(stack, conversations, report, layers, fresh, fetch_limit, model, on_message)
+    return report
+
+
+async def _replay(
+    stack: Stack,
+    conversations: Sequence[Conversation],
+    report: ReplayReport,
+    layers: list[Any],
+    fresh: bool,
+    fetch_limit: int | None,
+    model: str,
+    on_message: Callable[[], None] | None,
+) -> None:
     perf = time.perf_counter
     count = _token_counter(model)
     raw_tokens = view_tokens = 0
     start_counts = _pii_counts(stack)
     repeated: Counter[str] = Counter()
+    start_calls = _total(layers, "summarizer_calls")
     for conversation in conversations:
         key = conversation.key
         if fresh:
             await stack.delete(key)
         messages = conversation.messages
         view: list[ChatMessage] = []
+        figures = report.sets.setdefault(_set_name(conversation.where), SetFigures())
+        calls_before = _total(layers, "summarizer_calls")
         for index, message in enumerate(messages):
             before = _pii_counts(stack)
+            triggers = _total(layers, "saves_triggering")
+            started = perf()
             stored = await stack.save(key, message)
+            took = perf() - started
+            if _total(layers, "saves_triggering") > triggers:
+                report.trigger_save_seconds.append(took)
+            else:
+                report.save_seconds.append(took)
             report.messages_stored += len(stored)
             report.messages_skipped += 1 - len(stored)
             if not stored:
@@ -122,19 +226,59 @@ async def replay(
                 report.fetch_seconds.append(perf() - start)
             if on_message is not None:
                 on_message()
+        if report.background:  # the view once this conversation's summaries are made
+            for layer in layers:
+                await layer.drain()
+            view = await stack.fetch(key, limit=fetch_limit)
         raw = await stack.base.fetch(key)
         report.conversations += 1
         report.messages_read += len(messages)
         report.raw_messages += len(raw)
         report.view_messages += len(view)
+        figures.conversations += 1
+        figures.summarized += any(m.is_summary for m in view)
+        figures.summarizer_calls += _total(layers, "summarizer_calls") - calls_before
         if count is not None:
-            raw_tokens += count(raw)
-            view_tokens += count(view)
+            raw_count, view_count = count(raw), count(view)
+            raw_tokens += raw_count
+            view_tokens += view_count
+            figures.raw_tokens = (figures.raw_tokens or 0) + raw_count
+            figures.view_tokens = (figures.view_tokens or 0) + view_count
+        else:
+            figures.raw_tokens = figures.view_tokens = None
     report.raw_tokens = raw_tokens if count is not None else None
     report.view_tokens = view_tokens if count is not None else None
+    report.summarizer_calls = _total(layers, "summarizer_calls") - start_calls
     _count_layer_work(stack, report)
     report.pii = report.pii - start_counts - repeated
-    return report
+
+
+def _set_name(where: str) -> str:
+    """The set a conversation belongs to: its file's name without ``.openai.jsonl``."""
+    name = Path(where.rsplit(":", 1)[0]).name
+    for suffix in (".openai.jsonl", ".jsonl", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _summarizing_layers(stack: Stack) -> list[Any]:
+    """The stack's summarizing layers (anything counting ``summarizer_calls``)."""
+    return [c for c in stack.components() if isinstance(getattr(c, "summarizer_calls", None), int)]
+
+
+def _total(layers: Sequence[Any], name: str) -> int:
+    return sum(int(getattr(layer, name, 0)) for layer in layers)
+
+
+@asynccontextmanager
+async def _background_tasks(layers: Sequence[Any]) -> AsyncIterator[None]:
+    """Open the task group of every background summarizing layer for the replay."""
+    async with AsyncExitStack() as stack:
+        for layer in layers:
+            if getattr(layer, "background", False):
+                await stack.enter_async_context(layer.background_tasks())
+        yield
 
 
 def _pii_counts(stack: Stack) -> Counter[str]:

@@ -37,10 +37,12 @@ from typing import Any, Final
 from storage.config.build import build
 from storage.config.chain import parse_store_url, parse_url
 from storage.config.options import from_env
+from storage.config.problems import Problems
 from storage.config.registry import Registry, did_you_mean
 from storage.config.spec import ComponentSpec, StackSpec, component_from_table, nest_tables
 from storage.config.stack import Stack
 from storage.errors import ConfigError
+from storage.redact import secrets_of_options
 
 __all__ = [
     "DEFAULT_URL",
@@ -93,8 +95,12 @@ def open_storage(
 def to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None) -> StackSpec:
     """The unbuilt stack that :func:`open_storage` would build from ``spec`` (same rules).
 
+    Mistakes found while parsing are kept in ``StackSpec.problems``, not raised:
+    :func:`storage.config.build.build` (``open_storage``) reports them together with those
+    it finds, in one ``ConfigError``.
+
     Raises:
-        ConfigError: as :func:`open_storage`, for everything found before building.
+        ConfigError: both environment variables set; a file that cannot be read or parsed.
     """
     if spec is None:
         url = os.environ.get(ENV_URL)
@@ -102,34 +108,40 @@ def to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None)
         if url and config:
             raise ConfigError(f"both {ENV_URL} and {ENV_CONFIG} are set; set only one")
         if url:
-            parsed = parse_url(url)
+            parsed = parse_url(url, defer=True)
             parsed.source = f"{ENV_URL} ({parsed.source})"
             return parsed
         if config:
-            return load_config(config)
+            return load_config(config, defer=True)
         parsed = parse_url(DEFAULT_URL)
         parsed.source = f"default {DEFAULT_URL}"
         return parsed
     if isinstance(spec, StackSpec):
         return spec
     if isinstance(spec, os.PathLike):
-        return load_config(spec)
+        return load_config(spec, defer=True)
     if isinstance(spec, str):
         if "://" not in spec and spec.lower().endswith((".toml", ".json")):
-            return load_config(spec)
-        return parse_url(spec)
+            return load_config(spec, defer=True)
+        return parse_url(spec, defer=True)
     if isinstance(spec, Mapping):
-        return parse_config(spec)
+        return parse_config(spec, defer=True)
     raise ConfigError(
         f"open_storage expects a URL, a config path or a mapping, got {type(spec).__name__}"
     )
 
 
-def load_config(path: str | os.PathLike[str]) -> StackSpec:
+def load_config(path: str | os.PathLike[str], *, defer: bool = False) -> StackSpec:
     """Read a TOML (``.toml``) or JSON (``.json``) config file.
 
+    Args:
+        path: the file.
+        defer: keep the problems of its content in ``StackSpec.problems`` (building reports
+            them with its own) instead of raising them.
+
     Raises:
-        ConfigError: the file cannot be read or parsed, or its content is not a valid config.
+        ConfigError: the file cannot be read or parsed, or its content is not a valid config
+            (every mistake found, in one error).
     """
     file = Path(path).expanduser()
     try:
@@ -143,59 +155,107 @@ def load_config(path: str | os.PathLike[str]) -> StackSpec:
             data = tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {str(file)!r} is not valid: {exc}") from None
-    return parse_config(data, base_dir=file.parent, source=f"config {file}")
+    return parse_config(data, base_dir=file.parent, source=f"config {file}", defer=defer)
 
 
 def parse_config(
-    data: Mapping[str, Any], *, base_dir: Path | None = None, source: str = "dict"
+    data: Mapping[str, Any],
+    *,
+    base_dir: Path | None = None,
+    source: str = "dict",
+    defer: bool = False,
 ) -> StackSpec:
     """Parse the dict form: ``{"url": CHAIN}`` or ``{"store": {...}, "layers": [...]}``.
 
     ``store`` is ``{"url": URL, **options}`` or ``{"type": NAME, **options}``; ``layers`` is a
     list, outermost first, of ``{"type": NAME, **options}`` or bare names; a layer's
-    ``summarizer`` option is a name or ``{"type": NAME, **options}``.
+    ``summarizer`` option is a name or ``{"type": NAME, **options}``. Every entry is read,
+    and every mistake reported, in one error.
+
+    Args:
+        data: the configuration.
+        base_dir: the directory ``*_file`` options are relative to.
+        source: how errors name it.
+        defer: keep the problems in ``StackSpec.problems`` (building reports them together
+            with its own) instead of raising them.
 
     Raises:
         ConfigError: unknown top-level key, missing ``type``/``url``, both a chain ``url`` and
-            ``store``/``layers``, or a malformed entry (the error names it).
+            ``store``/``layers``, or a malformed entry (the error names each).
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a config must be a mapping, got {type(data).__name__}")
+    problems = Problems()
+    spec = _parse_mapping(data, base_dir, source, problems)
+    spec.problems = problems.items
+    if not defer:
+        problems.raise_if_any(spec.source, spec.secrets() | secrets_of_options(data))
+    return spec
+
+
+def _parse_mapping(
+    data: Mapping[str, Any], base_dir: Path | None, source: str, problems: Problems
+) -> StackSpec:
     for key in data:
         if key not in _TOP_KEYS:
-            raise ConfigError(
-                f"{source}: unknown key {key!r}{did_you_mean(str(key), _TOP_KEYS)}; "
-                f"allowed: {', '.join(_TOP_KEYS)}"
+            problems.add(
+                "",
+                f"unknown key {key!r}{did_you_mean(str(key), _TOP_KEYS)}; "
+                f"allowed: {', '.join(_TOP_KEYS)}",
             )
     if "url" in data:
         if "store" in data or "layers" in data:
-            raise ConfigError(
-                f"{source}: give either a chain 'url' or 'store' and 'layers', not both"
-            )
+            problems.add("", "give either a chain 'url' or 'store' and 'layers', not both")
+            return StackSpec(_unparsed("[store]"), [], source)
         url = data["url"]
         if not isinstance(url, str):
-            raise ConfigError(f"{source}: 'url' must be a string")
-        spec = parse_url(url)
+            problems.add("", "'url' must be a string")
+            return StackSpec(_unparsed("[store]"), [], source)
+        try:
+            spec = parse_url(url, defer=True)
+        except ConfigError as exc:
+            problems.add("", exc)
+            return StackSpec(_unparsed("[store]"), [], source)
         spec.source = f"{source} ({spec.source})"
+        problems.extend(spec.problems)
         for component in spec.layers:
             component.base_dir = base_dir
         return spec
     store_data = data.get("store")
     if store_data is None:
-        raise ConfigError(f"{source}: no [store] table (or chain 'url') is given")
-    store = _parse_store_table(store_data, source, base_dir)
+        problems.add("", "no [store] table (or chain 'url') is given")
+        store = _unparsed("[store]")
+    else:
+        try:
+            store = _parse_store_table(store_data, base_dir, problems)
+        except ConfigError as exc:
+            problems.add("[store]", exc)
+            store = _unparsed("[store]")
     layers_data = data.get("layers", [])
     if not isinstance(layers_data, list):
-        raise ConfigError(f"{source}: 'layers' must be a list (TOML: [[layers]] tables)")
-    layers = [
-        component_from_table("layers", item, f"{source}: layers[{index}]", base_dir)
-        for index, item in enumerate(layers_data)
-    ]
+        problems.add("", "'layers' must be a list (TOML: [[layers]] tables)")
+        layers_data = []
+    layers = []
+    for index, item in enumerate(layers_data):
+        place = f"[[layers]] #{index + 1}"
+        try:
+            layer = component_from_table(
+                "layers", item, f"layers[{index}]", base_dir, place=place, problems=problems
+            )
+        except ConfigError as exc:
+            problems.add(place, exc)
+            continue
+        layers.append(layer)
     return StackSpec(store, layers, source)
 
 
-def _parse_store_table(data: Any, source: str, base_dir: Path | None) -> ComponentSpec:
-    where = f"{source}: [store]"
+def _unparsed(place: str) -> ComponentSpec:
+    """The stand-in for a store that could not be read (its problem is recorded)."""
+    return ComponentSpec("stores", "", where=place, parsed=False)
+
+
+def _parse_store_table(data: Any, base_dir: Path | None, problems: Problems) -> ComponentSpec:
+    where = "[store]"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where} must be a table")
     options = dict(data)
@@ -214,16 +274,23 @@ def _parse_store_table(data: Any, source: str, base_dir: Path | None) -> Compone
                 f"{where}: 'url' is one store URL; give a chain as the top-level 'url', "
                 "or the layers as [[layers]] tables"
             )
-        spec = parse_store_url(url, where)
+        spec = parse_store_url(url, where, problems=problems, place=where)
+        spec.where = where
         if name is not None and name != spec.name and {name, spec.name} != _POSTGRES:
-            raise ConfigError(f"{where}: type {name!r} does not match the URL scheme {spec.name!r}")
+            problems.add(
+                where, f"{where}: type {name!r} does not match the URL scheme {spec.name!r}"
+            )
         for key, value in options.items():
             if key in spec.options:
-                raise ConfigError(f"{where}: option {key!r} is given in the URL and the table")
+                problems.add(
+                    where, f"{where}: option {key!r} is given in the URL and the table"
+                )
+                continue
             spec.options[key] = value
-        spec.options = nest_tables(spec.options, where, base_dir)
+        spec.options = nest_tables(spec.options, where, base_dir, place=where, problems=problems)
         spec.base_dir = base_dir
         return spec
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where} needs 'url' (a store URL) or 'type' (a store name)")
-    return ComponentSpec("stores", name, nest_tables(options, where, base_dir), base_dir=base_dir)
+    options = nest_tables(options, where, base_dir, place=where, problems=problems)
+    return ComponentSpec("stores", name, options, base_dir=base_dir, where=where)

@@ -16,6 +16,7 @@ def scrub_layer(
     inner: Any,
     *,
     secret: str | None = None,
+    secret_source: str | None = None,
     known_values_file: str | None = None,
     **scrubber_options: Any,
 ) -> Any:
@@ -26,11 +27,16 @@ def scrub_layer(
         secret: the key of the placeholder hash (prefer ``secret_env`` in config, which reads
             it from an environment variable). ``None``: the scrubber's own default
             (``CHATLAYERS_PII_SECRET``, else a random per-process secret with a warning).
+        secret_source: where ``secret`` came from, shown by ``describe()``
+            (``secret=env:VARIABLE``, ``secret=config``); the configuration sets it from
+            ``secret_env`` / ``secret`` (an ``X_source`` option is never given by hand).
+            Default ``"argument"`` when ``secret`` is given in code.
         known_values_file: a TOML or JSON file mapping an entity name to a list of values
             always scrubbed as that entity (``EMAIL_ADDRESS = ["a@b.c"]``); merged with
             ``known_values``.
         **scrubber_options: ``PIIScrubber`` keyword options (``entities``, ``mode``,
-            ``known_values``, ...), converted by its declared types.
+            ``known_values``, ``json_keys``, ...), converted by its declared types (from a
+            URL, mappings are JSON: ``scrub?json_keys={"PERSON":["nick"]}``).
 
     Raises:
         ConfigError: the known-values file is missing, unparseable or not an entity → list
@@ -46,7 +52,7 @@ def scrub_layer(
         for entity, values in inline.items():
             merged.setdefault(entity, []).extend(values)
         scrubber_options["known_values"] = merged
-    scrubber = PIIScrubber(secret, **scrubber_options)
+    scrubber = PIIScrubber(secret, secret_source=secret_source, **scrubber_options)
     return TransformingChatStorage(inner, scrubber)
 
 

@@ -104,7 +104,7 @@ class TransformingChatStorage(
             InvalidMessageError: ``messages`` is not a valid history (before the transform),
                 or the transformed one is not (a dropped call orphaning its result).
         """
-        transformed = await self._apply(key, validate_history(list(messages)))
+        transformed = await self._apply(key, validate_history(list(messages), system="anywhere"))
         result: list[ChatMessage] = await self.inner.replace(key, transformed)
         return result
 

@@ -96,16 +96,18 @@ CustomDetector = Detector | RegexDetector | re.Pattern[str] | str
 KnownValuesFor = Callable[[ChatKey], Mapping[str, Iterable[str]]]
 
 
-def _load_secret(secret: str | bytes | None) -> tuple[bytes, str]:
+def _load_secret(secret: str | bytes | None, source: str | None) -> tuple[bytes, str]:
+    """The secret and where it came from, as ``describe()`` shows it: ``env:VARIABLE``,
+    ``config``, ``argument`` (given in code) or ``random per-process``."""
     if secret is not None:
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
         if not isinstance(secret, bytes) or not secret:
             raise ConfigError("the PII secret must be a non-empty str or bytes")
-        return secret, "given"
+        return secret, source or "argument"
     env = os.environ.get(SECRET_ENV)
     if env:
-        return env.encode("utf-8"), SECRET_ENV
+        return env.encode("utf-8"), f"env:{SECRET_ENV}"
     return _PROCESS_SECRET, _RANDOM
 
 
@@ -190,6 +192,10 @@ class PIIScrubber:
         vault: called as ``vault(key, placeholder, original value)`` for every placeholder
             made (not for masks), e.g. the encrypting layer's ``PlaceholderVault``, which
             keeps the originals encrypted for ``reveal``. ``None`` (default): nothing kept.
+        secret_source: where ``secret`` came from, as ``describe()`` shows it
+            (``secret=...``): configuration passes ``"env:VARIABLE"`` or ``"config"``;
+            default ``"argument"`` for a secret given in code. Without a secret it is
+            ``env:CHATLAYERS_PII_SECRET`` or ``random per-process``. Never the secret.
 
     Attributes:
         counts: ``Counter`` of the entities replaced since construction, by entity name.
@@ -212,8 +218,9 @@ class PIIScrubber:
         recognizer: EntityRecognizer | None = None,
         json_keys: Mapping[str, Iterable[str]] | None = None,
         vault: Callable[[ChatKey, str, str], None] | None = None,
+        secret_source: str | None = None,
     ) -> None:
-        self._secret, self._secret_source = _load_secret(secret)
+        self._secret, self._secret_source = _load_secret(secret, secret_source)
         # Warned on the first scrub, not here: a stack built only to read must stay quiet.
         self._warn_random = self._secret_source == _RANDOM
         if mode not in get_args(Mode):

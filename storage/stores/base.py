@@ -111,11 +111,16 @@ class BaseStore(AsyncContextMixin):
 
     scheme: ClassVar[str] = ""
     driver_errors: tuple[type[BaseException], ...] = ()
+    # False for a store with no driver (memory): its ability methods are then not wrapped,
+    # which keeps a microsecond-scale ``head`` free of an extra coroutine frame.
+    has_driver: ClassVar[bool] = True
     # As the user typed it, secrets redacted (set by ``from_url``; ``describe`` shows it).
     display_url: str | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if not cls.has_driver:
+            return
         for name, value in list(vars(cls).items()):
             if (
                 not name.startswith("_")

@@ -113,6 +113,7 @@ class InMemoryChatStorage(BaseStore):
     """
 
     scheme = "memory"
+    has_driver = False  # nothing to translate: ability methods stay unwrapped
 
     def __init__(
         self,
@@ -426,7 +427,7 @@ class InMemoryChatStorage(BaseStore):
             StorageUnavailableError: the store is closed.
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         self._check_open()
         conversation = self._conversation_for_write(key)
         conversation.reset(batch, [next(self._seq) for _ in batch])

@@ -331,9 +331,8 @@ class AbilityTests:
         await store.save_messages(KEY, [msg("kept"), msg("also kept", "assistant")])
         before = await seq.head(KEY) if seq is not None else None
         orphan = [msg("q"), ChatMessage("tool", "result", tool_call_id="nope")]
-        late_system = [msg("q"), msg("late", "system")]
         bad_role = [ChatMessage("robot", "x")]
-        for history in (orphan, late_system, bad_role):
+        for history in (orphan, bad_role):
             with pytest.raises(InvalidMessageError):
                 await rep.replace(KEY, history)
             assert texts(await store.fetch(KEY)) == ["kept", "also kept"]
@@ -345,6 +344,13 @@ class AbilityTests:
             ChatMessage("tool", "r", tool_call_id="c1"),
         ]
         assert len(await rep.replace(KEY, calls)) == 3
+        # A record, like ``save``, may hold instruction messages mid-way.
+        mid_system = [msg("q"), msg("new instructions", "system"), msg("a", "assistant")]
+        assert [m.role for m in await rep.replace(KEY, mid_system)] == [
+            "user",
+            "system",
+            "assistant",
+        ]
         assert await rep.replace(KEY, []) == []
         assert await store.fetch(KEY) == []
 

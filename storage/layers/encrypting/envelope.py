@@ -138,7 +138,11 @@ def open_message(
             differ from the clear ones.
     """
     plain = open_token(data_key.aead, token, prefix + stored.id.encode("utf-8"), where)
-    message = decode(plain)
+    try:
+        text = plain.decode("utf-8")  # json.loads(bytes) would sniff the encoding first
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"{where}: message {stored.id!r}: {exc}") from None
+    message = decode(text)
     if message.id != stored.id or message.role != stored.role:
         raise CorruptRecordError(
             f"{where}: message {stored.id!r}: the sealed id or role differs from the stored one"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
@@ -231,6 +232,7 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         out: list[ChatMessage] = []
         append = out.append
         prefix: bytes | None = None
+        where = ""
         for skeleton in stored:
             token = skeleton.content
             if entries is not None and type(token) is str:
@@ -240,7 +242,8 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
                     if message.id == skeleton.id:
                         append(message)
                         continue
-            where = self._where(key)
+            if not where:
+                where = self._where(key)
             token = check_sealed(skeleton, where)
             if data_key is None or token_key_id(token) != data_key.key_id:
                 raise _erased(key, skeleton.id, token_key_id(token), where)
@@ -406,7 +409,7 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             InvalidMessageError: ``messages`` is not a valid history (nothing changed).
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         data_key = await self._writer(key.user_id)
         await self._flush_vault(key, data_key)
         stored: list[ChatMessage] = await self._below.replace(key, self._seal(data_key, key, batch))
@@ -474,6 +477,16 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             return []
         data_key = await self._data_key(key.user_id, create=False)
         return [self._open_record(data_key, key, record) for record in stored]
+
+    # --- RetentionStorage ----------------------------------------------------------------
+
+    async def purge(self, *, now: datetime | None = None) -> int:
+        """Purge the inner store (timestamps are clear); the decrypted copies of what it
+        deleted leave this process's cache too."""
+        deleted: int = await self._below.purge(now=now)
+        if deleted:
+            self._cache.clear()
+        return deleted
 
     # --- the placeholder vault -----------------------------------------------------------
 
@@ -575,6 +588,12 @@ def _check_apart(keyring: Keyring, inner: object) -> None:
             )
     elif isinstance(keyring, StoreKeyring):
         ring_base = _innermost(keyring.store)
+        if _describe(ring_base).startswith("memory") and not _describe(base).startswith("memory"):
+            raise ConfigError(
+                "encrypt: a memory:// keyring loses every data key when the process ends, and "
+                "with them every message of the persistent store below; give the keyring a "
+                "file or a server of its own"
+            )
         same = ring_base is base or (
             type(ring_base) is type(base)
             and _describe(ring_base) == _describe(base)

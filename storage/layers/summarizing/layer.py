@@ -36,6 +36,7 @@ prefix changed).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -169,6 +170,10 @@ class SummarizingChatStorage(
         lease_busy: summaries skipped because another worker held the key's lease.
         checkpoint_conflicts: checkpoints another writer replaced first (compare-and-set lost).
         checkpoints_loaded: cold keys served from a stored checkpoint (no summarizer call).
+        summarizer_calls: calls of the summarizer since construction.
+        trims_made: compactions made by trimming alone (no summarizer call).
+        saves_triggering: saves that found the view due and started (or, in background
+            mode, scheduled) a compaction.
 
     Summarizer calls: a compaction brings the view down to about the keep budget, and a key
     whose view could not be brought under the trigger waits for ``trigger - keep`` more
@@ -186,8 +191,11 @@ class SummarizingChatStorage(
             ``on_error`` value.
         SummarizerError: from the ``save`` or ``fetch`` that triggered a failing summarizer
             (``on_error="raise"``; in background mode the failure is logged and counted).
-        ConfigError: a ``save``, ``fetch`` or ``compact`` of a ``background=True`` layer
-            that was not entered (``async with layer:``).
+        ConfigError: on construction, conflicting budgets (``trigger_at`` with a token
+            budget, ``trigger_tokens`` with ``trigger_fraction``, ``keep_tokens`` without a
+            token budget) or a model with no known context window; a ``save`` or ``fetch``
+            of a ``background=True`` layer that was not entered (``async with layer:``),
+            before anything is written.
     """
 
     def __init__(
@@ -307,16 +315,23 @@ class SummarizingChatStorage(
             trigger_tokens,
             keep_tokens,
         )
-        self._counter = None
+        self._counter: Any = None
         measure: Callable[[ChatMessage], int] | None = None
         if trigger_tokens is not None:
             from summarizers.tokens import TokenCounter
 
-            self._counter = TokenCounter(self.model)
-            measure = self._counter.count
+            counter = self._counter = TokenCounter(self.model)
+
+            def measure(message: ChatMessage) -> int:
+                marker = message.metadata.get("chatlayers")
+                if marker and marker.get("trimmed_chars"):  # a trimmed copy keeps its id
+                    return counter.count(message, f"{message.id}\x00trimmed")
+                return counter.count(message)
+
         # The newest window a view with no summary is served as (fallback, pair budget).
         self._window = self._threshold if self._fallback_window(on_error) else None
         self._states = KeyStates(max_buffers, measure)
+        self._compaction_seq = itertools.count(1)  # memory mode's view versions
         self._tasks: TaskGroup | None = None
         self._group: Any = None
         self._running = 0
@@ -331,6 +346,7 @@ class SummarizingChatStorage(
         self.checkpoints_loaded = 0
         self.summarizer_calls = 0
         self.trims_made = 0
+        self.saves_triggering = 0
 
     def _fallback_window(self, on_error: str) -> bool:
         return on_error == "fallback" and self._threshold is not None
@@ -353,13 +369,14 @@ class SummarizingChatStorage(
         as an exact prefix plus the new messages, so a provider's prompt cache keeps hitting.
         Cheap: no I/O. ``None`` when the key's view is not cached (fetch it first).
 
-        Store mode: ``"<epoch>:<checkpoint version>"``; memory mode: ``"m:<compactions>"``.
+        Store mode: ``"<epoch>:<checkpoint version>"``; memory mode: ``"m:<n>"``, ``n`` a
+        number this layer gives each compaction (``"m:0"``: the raw history, not summarized).
         """
         state = self._states.get(key)
+        if self._store is None:
+            return f"m:{state.compactions if state is not None and state.view else 0}"
         if state is None or state.view is None:
             return None
-        if self._store is None:
-            return f"m:{state.compactions}"
         epoch = state.head.epoch if state.head is not None else ""
         return f"{epoch}:{state.cp_version}"
 
@@ -490,6 +507,7 @@ class SummarizingChatStorage(
         state.append(stored, dedupe=state.generation != generation)
         self._states.touch(key)
         if self._policy.due(state) and not state.summarizing:
+            self.saves_triggering += 1
             if self.background:
                 self._schedule(state, key)
             elif self._store is None:
@@ -749,12 +767,20 @@ class SummarizingChatStorage(
         if state is not None and state.view is not None:
             self._states.touch(key)
             if self._policy.fallback and self._policy.due(state) and not state.summarizing:
-                await self._resummarize_memory(state, key)
+                if self.background:
+                    self._schedule(state, key)
+                else:
+                    await self._resummarize_memory(state, key)
             return serve(state.view, limit, self._policy.window(state))
         raw = await self.inner.fetch(key)
         if not self._over(raw):
             return serve(raw, limit, None)
         state = self._states.create(key)
+        if self.background:  # serve the raw history now; the summary comes in the background
+            if state.view is None and not state.lock.locked():
+                state.set_view((), raw)
+            self._schedule(state, key)
+            return serve(state.view or raw, limit, self._policy.window(state))
         async with state.lock:
             if state.view is None:
                 # Re-read under the lock (saves may have landed while we waited); saves that
@@ -780,7 +806,8 @@ class SummarizingChatStorage(
         counter = self._counter
         if counter is None:
             return len(messages) > self._policy.trigger
-        return counter.total(messages) > self._policy.trigger
+        total: int = counter.total(messages)
+        return total > self._policy.trigger
 
     async def _resummarize_memory(self, state: KeyState, key: ChatKey) -> None:
         if not self._policy.may_try(state):
@@ -799,8 +826,15 @@ class SummarizingChatStorage(
         ``state.summarizing`` already set (so no save can slip between snapshot and call)."""
         accepted: list[ChatMessage] | None = None
         self.summarizer_calls += 1
+        # The leading system prompt is pinned: never summarized, first in every view.
+        pinned = source[:1] if source and source[0].role == "system" else []
+        if pinned and pinned[0].is_summary:
+            pinned = []
         try:
-            accepted = await run_summarizer(self.summarizer, source, self.keep_last, self.timeout)
+            accepted = await run_summarizer(
+                self.summarizer, source[len(pinned) :], self.keep_last, self.timeout
+            )
+            accepted = [*pinned, *accepted]
         except BaseException as exc:
             self.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -816,10 +850,11 @@ class SummarizingChatStorage(
             if accepted is not None:
                 self._policy.succeeded(state)
                 state.set_view((), [*accepted, *late])
-                state.n_summary = leading_summaries(accepted)
+                made = leading_summaries(accepted[len(pinned) :])
+                state.n_summary = len(pinned) + made if made else 0
                 if accepted != source:  # an unchanged view: nothing could be summarized
                     self.summaries_made += 1
-                    state.compactions += 1
+                    state.compactions = next(self._compaction_seq)
                 self._policy.settle(state)
             elif state.view is None and activation:
                 if self._policy.fallback:  # serve the raw window until a retry succeeds
@@ -915,6 +950,7 @@ class SummarizingChatStorage(
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
             if message is not None:
                 state.set_view((message,), [])
+                state.compactions = next(self._compaction_seq)
             else:
                 state.summarizing = True
                 state.pending = []

@@ -522,7 +522,7 @@ class JsonlChatStorage(BaseStore):
             StorageUnavailableError: the store is closed or the file cannot be written.
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         self._check_open()
         paths = self._paths(key)
         async with self._locks.hold(paths.session_dir):

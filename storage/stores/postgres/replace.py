@@ -37,7 +37,7 @@ class ReplaceMixin(SequencedMixin):
             StorageUnavailableError: the server cannot be reached (password redacted).
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         return await self._write(key, batch, replace=True)
 
     async def save_messages_if(

@@ -210,7 +210,7 @@ class RedisChatStorage(RedisCore):
             StorageUnavailableError: Redis cannot be reached (password redacted).
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         names = self.layout.key(key)
         keys = [
             names.messages,

@@ -436,7 +436,7 @@ class SQLiteChatStorage(BaseStore):
             StorageUnavailableError: the database cannot be written, or the store is closed.
         """
         check_key(key)
-        batch = prepare_batch(validate_history(list(messages)))
+        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         params = (key.user_id, key.session_id, key.agent_id)
         with transaction(self._conn) as conn:
             # Not an erasure: the search index is merged by later deletes, not here.

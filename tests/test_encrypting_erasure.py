@@ -1,0 +1,177 @@
+"""Crypto-shredding (issue 14 item 2): ``delete_user`` destroys the user's data key, so every
+copy of their ciphertext made before (a backup of the SQLite files, a copy of a JSONL
+directory) becomes unreadable while every other user's stays readable; byte-level checks
+that no message's plaintext is in any data file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from storage.layers.encrypting import EncryptingChatStorage, KeyErasedError, new_master_key
+from storage.message import ChatKey, ChatMessage
+from storage.stores.jsonl import JsonlChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+
+pytestmark = pytest.mark.anyio
+
+MASTER = new_master_key()
+USERS = ("erased-user", "kept-user-1", "kept-user-2")
+
+
+def conversation(user: str, session: int) -> list[ChatMessage]:
+    return [
+        ChatMessage("user", f"plaintext-{user}-{session}-question"),
+        ChatMessage("assistant", f"plaintext-{user}-{session}-answer"),
+    ]
+
+
+async def fill(layer: EncryptingChatStorage) -> dict[ChatKey, list[ChatMessage]]:
+    saved: dict[ChatKey, list[ChatMessage]] = {}
+    for user in USERS:
+        for session in range(3):
+            key = ChatKey(user, f"s{session}", "agent")
+            saved[key] = await layer.save_messages(key, conversation(user, session))
+    return saved
+
+
+def all_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def assert_no_plaintext(root: Path) -> None:
+    data = all_bytes(root)
+    assert len(data) > 1000  # there are files, and they hold the ciphertext
+    assert b"plaintext-" not in data
+
+
+async def check_copy(copy: Any, keyring: Path, saved: dict[ChatKey, list[ChatMessage]]) -> None:
+    """A stack over the copy with the live keyring reads every kept user's messages and none
+    of the erased user's."""
+    layer = EncryptingChatStorage(copy, keys=MASTER, keyring=keyring)
+    try:
+        keys = await layer.list_keys()
+        assert {k.user_id for k in keys} == set(USERS)  # the copy still holds the ciphertext
+        for key, messages in saved.items():
+            if key.user_id == "erased-user":
+                with pytest.raises(KeyErasedError, match="erased"):
+                    await layer.fetch(key)
+                with pytest.raises(KeyErasedError):
+                    await layer.fetch_all_chats(key.user_id, key.session_id)
+            else:
+                assert await layer.fetch(key) == messages
+    finally:
+        await layer.aclose()
+
+
+async def test_a_sqlite_backup_taken_before_delete_user_loses_only_the_erased_user(
+    tmp_path: Path,
+) -> None:
+    data, backup, keyring = tmp_path / "data", tmp_path / "backup", tmp_path / "ring" / "k.db"
+    layer = EncryptingChatStorage(
+        SQLiteChatStorage(data / "chats.db"), keys=MASTER, keyring=keyring
+    )
+    saved = await fill(layer)
+    backup.mkdir()
+    for path in data.iterdir():  # chats.db, chats.db-wal, chats.db-shm: a crash-consistent copy
+        shutil.copy2(path, backup / path.name)
+    assert (backup / "chats.db-wal").exists()
+    await layer.delete_user("erased-user")
+    assert await layer.fetch(ChatKey("erased-user", "s0", "agent")) == []
+    await layer.aclose()
+    assert_no_plaintext(data)
+    assert_no_plaintext(backup)
+    await check_copy(SQLiteChatStorage(backup / "chats.db"), keyring, saved)
+    # The keyring file itself holds no trace of the destroyed entry (secure_delete + WAL wiped).
+    ring_bytes = all_bytes(keyring.parent)
+    assert b"erased-user" not in ring_bytes
+    assert b"kept-user-1" in ring_bytes
+
+
+async def test_a_jsonl_copy_taken_before_delete_user_loses_only_the_erased_user(
+    tmp_path: Path,
+) -> None:
+    data, copy, keyring = tmp_path / "data", tmp_path / "copy", tmp_path / "ring" / "k.db"
+    layer = EncryptingChatStorage(JsonlChatStorage(data), keys=MASTER, keyring=keyring)
+    saved = await fill(layer)
+    shutil.copytree(data, copy)
+    await layer.delete_user("erased-user")
+    await layer.aclose()
+    assert_no_plaintext(data)
+    assert_no_plaintext(copy)
+    await check_copy(JsonlChatStorage(copy), keyring, saved)
+
+
+async def test_an_erasure_by_another_instance_is_seen_at_once(tmp_path: Path) -> None:
+    keyring = tmp_path / "k.db"
+    first = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring
+    )
+    second = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring
+    )
+    key = ChatKey("erased-user", "s", "a")
+    await first.save(key, ChatMessage("user", "before"))
+    rows = await first.inner.fetch(key)
+    assert [m.text for m in await second.fetch(key)] == ["before"]
+    await second.delete_user("erased-user")
+    # ``first`` had the key cached: it must neither read old copies nor write under it.
+    await first.inner.save_messages(ChatKey("erased-user", "restored", "a"), rows)
+    with pytest.raises(KeyErasedError):
+        await first.fetch(ChatKey("erased-user", "restored", "a"))
+    await first.save(key, ChatMessage("user", "after"))  # a new data key
+    assert [m.text for m in await second.fetch(key)] == ["after"]
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_delete_user_from_another_process_shreds_the_copy(tmp_path: Path) -> None:
+    data, backup, keyring = tmp_path / "data", tmp_path / "backup", tmp_path / "k.db"
+    layer = EncryptingChatStorage(SQLiteChatStorage(data / "c.db"), keys=MASTER, keyring=keyring)
+    saved = await fill(layer)
+    await layer.aclose()
+    shutil.copytree(data, backup)
+    url = f"encrypt?keyring={keyring}::sqlite:///{data / 'c.db'}"
+    env = {**os.environ, "CHATLAYERS_MASTER_KEYS": MASTER}
+    done = await anyio.run_process(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from storage.cli import main; sys.exit(main(sys.argv[1:]))",
+            "delete",
+            "--user",
+            "erased-user",
+            "--yes",
+            "--url",
+            url,
+        ],
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    await check_copy(SQLiteChatStorage(backup / "c.db"), keyring, saved)
+
+
+async def test_delete_user_is_idempotent_and_the_user_can_come_back(tmp_path: Path) -> None:
+    layer = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=tmp_path / "k.db"
+    )
+    key = ChatKey("erased-user", "s", "a")
+    await layer.save(key, ChatMessage("user", "one"))
+    first_key = await layer.keyring.get("erased-user")
+    await layer.delete_user("erased-user")
+    await layer.delete_user("erased-user")
+    assert await layer.keyring.get("erased-user") is None
+    await layer.save(key, ChatMessage("user", "two"))
+    second_key = await layer.keyring.get("erased-user")
+    assert first_key is not None
+    assert second_key is not None
+    assert second_key.key_id != first_key.key_id
+    assert [m.text for m in await layer.fetch(key)] == ["two"]
+    await layer.aclose()

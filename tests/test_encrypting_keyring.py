@@ -1,0 +1,115 @@
+"""Keyrings (issue 14 items 1-2): the SQLite file keyring and a keyring in any store URL
+(memory, a real Redis server): first writer wins, compare-and-set re-wrapping that can never
+undo an erasure, and concurrent first saves of one new user agreeing on one data key."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from storage.errors import ConfigError
+from storage.layers.encrypting import (
+    EncryptingChatStorage,
+    KeyErasedError,
+    Keyring,
+    SQLiteKeyring,
+    StoreKeyring,
+    WrappedKey,
+    new_master_key,
+    open_keyring,
+)
+from storage.message import ChatKey, ChatMessage
+from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+
+pytestmark = pytest.mark.anyio
+
+MASTER = new_master_key()
+
+
+def entry(user: str, key_id: str, master: str = "m1") -> WrappedKey:
+    return WrappedKey(user, key_id, master, bytes.fromhex(key_id) * 3)
+
+
+async def check_keyring(ring: Keyring) -> None:
+    assert await ring.get("u") is None
+    first = await ring.add(entry("u", "aa" * 8))
+    assert await ring.add(entry("u", "bb" * 8)) == first  # the first writer wins
+    assert (await ring.get("u")) == first
+    moved = entry("u", "aa" * 8, "m2")
+    assert not await ring.rewrap(moved, expected=entry("u", "cc" * 8))
+    assert await ring.rewrap(moved, expected=first)
+    assert await ring.get("u") == moved
+    await ring.add(entry("v", "dd" * 8))
+    assert [e.user_id for e in await ring.entries()] == ["u", "v"]
+    await ring.destroy("u")
+    assert await ring.get("u") is None
+    # A rotation that read the entry before the erasure cannot bring it back.
+    assert not await ring.rewrap(entry("u", "aa" * 8, "m3"), expected=moved)
+    assert await ring.get("u") is None
+    assert [e.user_id for e in await ring.entries()] == ["v"]
+    await ring.aclose()
+
+
+async def test_sqlite_keyring(tmp_path: Path) -> None:
+    ring = open_keyring(str(tmp_path / "deep" / "k.db"))
+    assert isinstance(ring, SQLiteKeyring)
+    await check_keyring(ring)
+    assert (tmp_path / "deep" / "k.db").stat().st_mode & 0o777 == 0o600
+    assert isinstance(open_keyring(f"sqlite:///{tmp_path / 'k2.db'}"), SQLiteKeyring)
+    with pytest.raises(ConfigError, match="lose every data key"):
+        open_keyring("sqlite://:memory:")
+
+
+async def test_memory_store_keyring() -> None:
+    ring = open_keyring("memory://")
+    assert isinstance(ring, StoreKeyring)
+    await check_keyring(ring)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_redis_store_keyring_under_a_sqlite_data_store(
+    redis_url: str, tmp_path: Path
+) -> None:
+    prefix = f"ring{uuid.uuid4().hex[:8]}"
+    await check_keyring(open_keyring(f"{redis_url}?prefix={prefix}-a"))
+    location = f"{redis_url}?prefix={prefix}"
+    layer = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location
+    )
+    key = ChatKey("ada", "s", "a")
+    await layer.save(key, ChatMessage("user", "hello"))
+    rows = await layer.inner.fetch(key)
+    other = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location
+    )
+    assert [m.text for m in await other.fetch(key)] == ["hello"]
+    await other.delete_user("ada")
+    await layer.inner.save_messages(key, rows)  # a restored backup
+    with pytest.raises(KeyErasedError):
+        await layer.fetch(key)
+    await layer.aclose()
+    await other.aclose()
+
+
+@pytest.mark.parametrize("ring_kind", ["sqlite", "memory-store"])
+async def test_concurrent_first_saves_of_a_new_user_agree_on_one_key(
+    tmp_path: Path, ring_kind: str
+) -> None:
+    base = InMemoryChatStorage()
+    ring: Keyring | Path = (
+        tmp_path / "k.db" if ring_kind == "sqlite" else StoreKeyring(InMemoryChatStorage(), "m")
+    )
+    layers = [EncryptingChatStorage(base, keys=MASTER, keyring=ring) for _ in range(4)]
+    async with anyio.create_task_group() as tg:
+        for n, layer in enumerate(layers):
+            tg.start_soon(
+                layer.save, ChatKey("new-user", "s", f"agent{n}"), ChatMessage("user", f"m{n}")
+            )
+    for layer in layers:
+        merged = await layer.fetch_all_chats("new-user", "s")
+        assert sorted(m.message.text for m in merged) == ["m0", "m1", "m2", "m3"]
