@@ -91,8 +91,15 @@ def test_replay_tau_bench_table(tmp_path: Path, capsys: pytest.CaptureFixture[st
     db = tmp_path / "chats.db"
     code, out, err = run(capsys, "replay", "--url", default_url(db), str(TAU))
     assert code == 0, err
-    lines = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines()[1:])
+    main, _, per_set = out.partition("\nper set\n")
+    lines = dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in main.splitlines()[1:])
     assert lines["database"] == str(db)
+    assert int(lines["summarizer calls"].replace(",", "")) >= int(lines["summaries made"])
+    assert lines["save p50"].endswith("ms")
+    assert lines["save triggering a summary p50 (inline)"].endswith("ms")
+    header, row = per_set.splitlines()[:2]
+    assert header.split()[:2] == ["set", "conversations"]
+    assert row.split()[:2] == ["tau_bench_airline_gpt4o_trial0", "50"]
     assert lines["conversations"] == "50"
     assert lines["messages stored"] == "1,384"
     assert lines["messages already stored"] == "0"
@@ -650,3 +657,25 @@ def test_closed_pipe_ends_quietly(tau_db: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert "Traceback" not in err
+
+
+def test_replay_defaults_to_a_token_budget_and_summarizes_the_agent_sets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CHATLAYERS_URL", raising=False)
+    monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
+    monkeypatch.setenv("CHATLAYERS_PII_SECRET", "t")
+    report = run_json(capsys, "replay", str(TAU), str(SWE))
+    assert any("trigger_tokens=4000" in line for line in report["stack"])
+    assert report["database"] == str(tmp_path / "chatlayers.db")
+    by_set = {row["set"]: row for row in report["sets"]}
+    swe = by_set["swe_agent_marshmallow_1867_fc"]
+    assert swe["summarized"] == 1
+    assert int(swe["view_tokens"].replace(",", "")) < int(swe["raw_tokens"].replace(",", ""))
+    assert by_set["tau_bench_airline_gpt4o_trial0"]["summarized"] > 0
+    assert report["summarizer_calls"] >= 1
+    # another command without --url keeps the library default (same database file)
+    code, out, err = run(capsys, "stack")
+    assert code == 0, err
+    assert "trigger_tokens" not in out

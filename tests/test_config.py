@@ -620,3 +620,12 @@ def test_short_secrets_redacted_as_tokens_without_garbling_text() -> None:
         "SummarizingChatStorage(table=public.chat_messages) password *** rejected"
     )
     assert redact_text("token=s3cret-value-1234;", ["s3cret-value-1234"]) == "token=***;"
+
+
+def test_token_budgets_are_shown_but_tokens_are_secret() -> None:
+    from storage.redact import is_sensitive
+
+    assert not is_sensitive("trigger_tokens")
+    assert not is_sensitive("max_input_tokens")
+    for name in ("token", "api_token", "access_token_value", "token_url", "secret", "api_key"):
+        assert is_sensitive(name), name

@@ -74,6 +74,12 @@ class TestEncryptedRedis(EncryptedSuite):
     backends = ("asyncio",)
 
 
+@pytest.mark.redis
+class TestEncryptedRedisCluster(EncryptedSuite):
+    name = "redis-cluster"
+    backends = ("asyncio",)
+
+
 @pytest.mark.postgres
 class TestEncryptedPostgres(EncryptedSuite):
     name = "postgres"

@@ -113,3 +113,50 @@ async def test_concurrent_first_saves_of_a_new_user_agree_on_one_key(
     for layer in layers:
         merged = await layer.fetch_all_chats("new-user", "s")
         assert sorted(m.message.text for m in merged) == ["m0", "m1", "m2", "m3"]
+
+
+CHILD = """
+import sys, anyio
+from storage import open_storage
+from storage.message import ChatKey, ChatMessage
+
+async def main(url, agent):
+    async with open_storage(url) as stack:
+        for n in range(10):
+            await stack.save(ChatKey("new-user", "s", agent), ChatMessage("user", f"{agent}-{n}"))
+
+anyio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_processes_creating_the_keyring_and_a_users_key_at_once_agree(
+    tmp_path: Path,
+) -> None:
+    import os
+    import sys
+
+    url = f"encrypt?keyring={tmp_path / 'ring' / 'k.db'}::sqlite:///{tmp_path / 'c.db'}"
+    env = {**os.environ, "CHATLAYERS_MASTER_KEYS": MASTER}
+    results: list[int] = []
+
+    async def child(agent: str) -> None:
+        done = await anyio.run_process(
+            [sys.executable, "-c", CHILD, url, agent], env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        results.append(done.returncode)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(4):
+            tg.start_soon(child, f"agent{n}")
+    assert results == [0, 0, 0, 0]
+    layer = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=tmp_path / "ring" / "k.db"
+    )
+    merged = await layer.fetch_all_chats("new-user", "s")
+    assert sorted(m.message.text for m in merged) == sorted(
+        f"agent{a}-{n}" for a in range(4) for n in range(10)
+    )
+    assert len(await layer.keyring.entries()) == 1  # one data key, agreed by every process
+    await layer.aclose()

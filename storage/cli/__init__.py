@@ -38,7 +38,7 @@ import anyio
 from storage.cli.output import Output
 from storage.cli.registry import registered
 from storage.config import open_storage
-from storage.config.loading import to_spec
+from storage.config.loading import ENV_CONFIG, ENV_URL, to_spec
 from storage.config.stack import Stack
 from storage.errors import ChatStorageError, ConfigError
 from storage.redact import redact_url
@@ -158,6 +158,9 @@ def _open(args: argparse.Namespace) -> Stack:
     url, config = getattr(args, "url", None), getattr(args, "config", None)
     if url and config:
         raise ConfigError("give --url or --config, not both")
+    if not url and not config and not os.environ.get(ENV_URL) and not os.environ.get(ENV_CONFIG):
+        # A command may have its own default stack: replay's has a token budget (REPLAY_URL).
+        url = getattr(args, "default_url", None)
     spec = to_spec(url or (Path(config) if config else None))
     # Commands that only read must not create an empty SQLite file at a mistyped path.
     if getattr(args, "read_only", False) and spec.store.name == "sqlite":

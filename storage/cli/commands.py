@@ -16,6 +16,7 @@ import attrs
 from storage.cli.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
 from storage.cli.output import Output
 from storage.cli.registry import command
+from storage.cli.replay import REPLAY_URL
 from storage.cli.replay import replay as replay_conversations
 from storage.cli.transfer import (
     collect_stats,
@@ -103,6 +104,25 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
                 "fetches": len(report.fetch_seconds),
                 "fetch_p50_ms": None if p50 is None else p50 * 1e3,
                 "fetch_p99_ms": None if p99 is None else p99 * 1e3,
+                "summarizer_calls": report.summarizer_calls if report.summarizing else None,
+                "saves": dict(report.save_rows()),
+                "sets": [
+                    dict(
+                        zip(
+                            (
+                                "set",
+                                "conversations",
+                                "summarized",
+                                "raw_tokens",
+                                "view_tokens",
+                                "summarizer_calls",
+                            ),
+                            row,
+                            strict=True,
+                        )
+                    )
+                    for row in report.set_rows()
+                ],
             }
         )
         return 0
@@ -117,6 +137,7 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
     rows += [(f"  {entity}", n) for entity, n in sorted(report.pii.items())]
     rows += [
         ("summaries made", report.summaries_made if report.summarizing else "no summarize layer"),
+        ("summarizer calls", report.summarizer_calls if report.summarizing else "-"),
         ("raw history (messages)", report.raw_messages),
         ("model view (messages)", report.view_messages),
         (f"raw history (tokens, {args.model})", _tokens(report.raw_tokens)),
@@ -124,8 +145,15 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
         ("fetches", len(report.fetch_seconds)),
         ("fetch p50", _ms(p50)),
         ("fetch p99", _ms(p99)),
+        *report.save_rows(),
     ]
     out.table("chatlayers replay", ("", "value"), rows, show_header=False)
+    if report.sets:
+        out.table(
+            "per set",
+            ("set", "conversations", "summarized", "raw tokens", "view tokens", "summarizer calls"),
+            report.set_rows(),
+        )
     out.note(
         f"The stored conversations are in {location}; chat history can hold personal data "
         "(erase a user with `chatlayers delete --user ID`)."
@@ -285,6 +313,8 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", default="gpt-4o", help="model whose tokenizer counts tokens (default gpt-4o)"
     )
+    # Without --url/--config/environment, replay runs agent traffic through a token budget.
+    p.set_defaults(default_url=REPLAY_URL)
 
 
 def _show_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,8 @@ The modules, in the order a configuration flows through them:
 - :mod:`storage.config.spec`: the parsed form both give (``StackSpec``);
 - :mod:`storage.config.registry`: names of stores, layers and summarizers, and their factories;
 - :mod:`storage.config.build`: building it (:mod:`storage.config.options` converts the option
-  values, :mod:`storage.redact` keeps secrets out of every message);
+  values, :mod:`storage.config.problems` collects every mistake into one error,
+  :mod:`storage.redact` keeps secrets out of every message);
 - :mod:`storage.config.stack`: the result (``Stack``, ``describe``).
 
 The names below are imported on first use, so a module that only needs one piece (the

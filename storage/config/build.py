@@ -1,9 +1,12 @@
 """Build a ``StackSpec`` into a ``Stack``: resolve, convert, then construct inner first.
 
 Every name is resolved in the registry and every option converted (:mod:`storage.config.options`)
-before anything is constructed, so a bad option constructs nothing. Calling conventions are
-those of :mod:`storage.config.registry`: a store from a URL is ``factory.from_url(url,
-**options)`` (the store reads its own URL); a layer gets the component it wraps first.
+before anything is constructed, so a bad option constructs nothing; planning goes on past a
+problem, so one ``ConfigError`` lists every mistake (:mod:`storage.config.problems`).
+Calling conventions are those of :mod:`storage.config.registry`: a store from a URL is
+``factory.from_url(url, **options)`` (the store reads its own URL); a layer gets the
+component it wraps first. Where an option came from is passed to a factory declaring
+``X_source`` (``"env:VARIABLE"`` or ``"config"``; see ``_plan``).
 ``X_env`` options are read from the environment; ``*_file`` options are relative to the
 config file's directory. Every error is a ``ChatStorageError``
 whose text holds no secret (:mod:`storage.redact`).
@@ -57,7 +60,7 @@ def build(spec: StackSpec, *, registry: Registry | None = None) -> Stack:
     store_plan = _plan(spec.store, reg, secrets, problems) if spec.store.parsed else None
     layer_plans = [_plan(layer, reg, secrets, problems) for layer in spec.layers if layer.parsed]
     problems.raise_if_any(spec.source, secrets)
-    assert store_plan is not None and all(plan is not None for plan in layer_plans)
+    assert store_plan is not None  # no problem: every component was planned
     top: Any = _construct(store_plan, secrets)
     _check_storage(top, store_plan)
     for plan in reversed(layer_plans):
@@ -121,10 +124,11 @@ def _plan(
             if from_url and name in spec.url_options and not did_you_mean(name, declared):
                 continue  # a driver parameter (sslmode=...): the store reads it from the URL
             if not open_kwargs:
-                allowed = ", ".join(sorted(declared)) or "none"
+                settable = [n for n in declared if not _is_source_of(n, declared)]
+                allowed = ", ".join(sorted(settable)) or "none"
                 problems.add(
                     place,
-                    f"{spec.label} has no option {name!r}{did_you_mean(name, declared)}; "
+                    f"{spec.label} has no option {name!r}{did_you_mean(name, settable)}; "
                     f"allowed: {allowed}",
                 )
                 continue
@@ -172,7 +176,10 @@ def _is_source_of(name: str, declared: Mapping[str, Any]) -> bool:
 
 
 def _nested(
-    spec: ComponentSpec, name: str, value: ComponentSpec | str | Mapping[str, Any], problems: Problems
+    spec: ComponentSpec,
+    name: str,
+    value: ComponentSpec | str | Mapping[str, Any],
+    problems: Problems,
 ) -> ComponentSpec | None:
     """The nested component option ``name`` gives (``None``: its problem is recorded)."""
     if isinstance(value, ComponentSpec):

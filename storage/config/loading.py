@@ -23,6 +23,14 @@ native types and are checked against the declared ones (a number given for a str
 is refused, never guessed). Passwords (in URLs, and options named like ``secret``,
 ``password``, ``token``, ``api_key``) are redacted in every repr, log line, error and
 ``describe()`` output.
+
+Mistakes are collected, not raised one by one: a file with several gets one ``ConfigError``
+listing each with where it is (``[store]``, ``[[layers]] #2 (summarize)``,
+``[[layers]] #2 (summarize), [layers.summarizer] (litellm)``); see
+:mod:`storage.config.problems`. ``describe()`` names where a secret came from the same way
+for every source: ``secret=env:VARIABLE`` (``secret_env`` or the scrubber's default
+variable), ``secret=config`` (written in the file or URL), ``secret=argument`` (code),
+``secret=random per-process``.
 """
 
 from __future__ import annotations
@@ -282,9 +290,7 @@ def _parse_store_table(data: Any, base_dir: Path | None, problems: Problems) -> 
             )
         for key, value in options.items():
             if key in spec.options:
-                problems.add(
-                    where, f"{where}: option {key!r} is given in the URL and the table"
-                )
+                problems.add(where, f"{where}: option {key!r} is given in the URL and the table")
                 continue
             spec.options[key] = value
         spec.options = nest_tables(spec.options, where, base_dir, place=where, problems=problems)

@@ -11,8 +11,7 @@ listed one a line under ``SOURCE: N problems:``. Secrets are redacted from the t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
@@ -71,15 +70,8 @@ class Problems:
             self.items.append(Problem(where, problem))
 
     def extend(self, problems: Iterable[Problem]) -> None:
+        """Record problems found elsewhere (a chain ``url`` inside a config file)."""
         self.items.extend(problems)
-
-    @contextmanager
-    def catch(self, where: str) -> Iterator[None]:
-        """Record a ``ConfigError`` raised in the block instead of letting it through."""
-        try:
-            yield
-        except ConfigError as exc:
-            self.add(where, exc)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -96,9 +88,11 @@ class Problems:
         if len(self.items) == 1:
             only = self.items[0]
             text = f"{source}: {only.message}" if source else only.message
-            if only.cause is not None:
-                return scrubbed_error(ConfigError, text, only.cause, secrets)  # type: ignore[return-value]
-            return ConfigError(redact_text(text, secrets))
+            if only.cause is None:
+                return ConfigError(redact_text(text, secrets))
+            error = scrubbed_error(ConfigError, text, only.cause, secrets)
+            assert isinstance(error, ConfigError)
+            return error
         lines = [f"{source}: {len(self.items)} problems:" if source else f"{len(self)} problems:"]
         ordered = sorted(self.items, key=lambda problem: _position(problem.where))
         lines += [f"  - {problem.located()}" for problem in ordered]

@@ -120,7 +120,7 @@ class SQLiteKeyring:
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA busy_timeout = {int(self._busy * 1000)}")
-            db.execute("PRAGMA journal_mode = WAL")
+            _use_wal(db, self._busy)
             db.execute("PRAGMA synchronous = FULL")  # a lost data key loses its user's data
             db.execute("PRAGMA secure_delete = ON")  # destroyed entries are zeroed on disk
             db.execute(_SCHEMA)
@@ -189,6 +189,23 @@ class SQLiteKeyring:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _use_wal(db: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch a new keyring file to WAL. Two processes creating the file at once may see
+    ``database is locked`` here without SQLite's busy handler being called: retry briefly
+    (once per file's life, when it is created)."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 # A store keyring keeps each user's entry as the messages of one conversation of that user.

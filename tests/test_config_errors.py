@@ -1,0 +1,364 @@
+"""Configuration mistakes: every one reported at once; secret sources in ``describe()``;
+the scrub layer's ``json_keys`` from URLs and TOML."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.cli import main
+from storage.config import describe, load_config, open_storage, parse_config
+from storage.config.build import build
+from storage.config.chain import parse_url
+from storage.config.registry import Registry
+from storage.errors import ConfigError
+from storage.layers.scrubbing import scrub_layer
+from storage.layers.transforming import TransformingChatStorage
+from storage.message import ChatKey, ChatMessage, ToolCall
+from storage.pii import PIIScrubber
+from storage.stores.memory import InMemoryChatStorage
+
+KEY = ChatKey("u", "s", "a")
+
+SEVERAL = """\
+[store]
+type = "sqlite"
+paht = "chats.db"
+
+[[layers]]
+type = "summarize"
+trigger_at = "twenty"
+[layers.summarizer]
+type = "litellm"
+modle = "gpt-4o-mini"
+
+[[layers]]
+type = "scrubb"
+
+[[layers]]
+type = "scrub"
+secret = "inline-s3cret-value"
+secret_env = "CHATLAYERS_TEST_PII"
+mode = "masks"
+
+[[layers]]
+type = "scrub"
+secret_env = "CHATLAYERS_TEST_UNSET"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "stack.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def problem_lines(error: BaseException) -> list[str]:
+    return [line[4:] for line in str(error).splitlines()[1:] if line.startswith("  - ")]
+
+
+def test_a_toml_file_with_several_mistakes_reports_all_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CHATLAYERS_TEST_UNSET", raising=False)
+    path = write(tmp_path, SEVERAL)
+    with pytest.raises(ConfigError) as info:
+        open_storage(path)
+    first, *_ = str(info.value).splitlines()
+    lines = problem_lines(info.value)
+    assert first == f"config {path}: {len(lines)} problems:"
+    assert lines == [
+        "[store]: store 'sqlite' has no option 'paht' (did you mean 'path'?); allowed: "
+        + lines[0].partition("allowed: ")[2],
+        "[[layers]] #1 (summarize): layer 'summarize': option 'trigger_at' must be an "
+        "integer, got 'twenty'",
+        "[[layers]] #1 (summarize), [layers.summarizer] (litellm): summarizer 'litellm' has "
+        "no option 'modle' (did you mean 'model'?); allowed: " + lines[2].partition("allowed: ")[2],
+        "[[layers]] #1 (summarize), [layers.summarizer] (litellm): summarizer 'litellm' "
+        "needs option 'model'",
+        "[[layers]] #2 (scrubb): unknown layer 'scrubb' (did you mean 'scrub'?); known: "
+        + lines[4].partition("known: ")[2],
+        "[[layers]] #3 (scrub): layer 'scrub': give 'secret' or 'secret_env', not both",
+        "[[layers]] #3 (scrub): layer 'scrub': option 'mode' must be one of 'redact', "
+        "'mask'; got 'masks'",
+        "[[layers]] #4 (scrub): layer 'scrub': secret_env names 'CHATLAYERS_TEST_UNSET', "
+        "which is not set",
+    ]
+    assert "path" in lines[0].partition("allowed: ")[2].split(", ")
+    assert "s3cret" not in str(info.value)
+    assert not (tmp_path / "chats.db").exists()  # nothing constructed
+
+
+def test_parse_and_plan_problems_are_reported_together(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        layerz = []
+        [store]
+        type = "memory"
+        retenton = "1d"
+
+        [[layers]]
+        trigger_at = 3
+
+        [[layers]]
+        type = "summarize"
+        keep_lats = 2
+        [layers.summarizer]
+        model = "gpt-4o-mini"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(path)
+    lines = problem_lines(info.value)
+    assert len(lines) == 5, str(info.value)
+    assert lines[0].startswith("unknown key 'layerz' (did you mean 'layers'?)")
+    assert lines[1].startswith("[store]: store 'memory' has no option 'retenton' (did you mean")
+    assert lines[2] == "[[layers]] #1: layers[0] needs 'type' (a layer name)"
+    assert lines[3].startswith(
+        "[[layers]] #2 (summarize), [layers.summarizer]: layers[1] (summarize).summarizer "
+        "needs 'type'"
+    )
+    assert lines[4].startswith(
+        "[[layers]] #2 (summarize): layer 'summarize' has no option 'keep_lats' "
+        "(did you mean 'keep_last'"
+    )
+    # load_config alone reports every problem found while parsing (names are not resolved).
+    with pytest.raises(ConfigError) as parsed:
+        load_config(path)
+    assert len(problem_lines(parsed.value)) == 3
+    assert "keep_lats" not in str(parsed.value)
+
+
+def test_a_url_chain_with_several_bad_segments_reports_all_of_them() -> None:
+    url = (
+        "sum marize::summarize?trigger_at=x&trigger_at=2::"
+        "scrub?mode=q&secret=url-s3cret-1&secret=url-s3cret-2::memory://"
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    text = str(info.value)
+    assert text.splitlines()[0].endswith(": 5 problems:")
+    assert problem_lines(info.value) == [
+        "segment 1 (sum marize): segment 1 ('sum marize') is not a layer name; layers come "
+        "first, each as name[?option=value&...], the store URL last",
+        "segment 2 (summarize): layer 'summarize': option 'trigger_at' is given twice",
+        "segment 2 (summarize): layer 'summarize': option 'trigger_at' must be an integer, got 'x'",
+        "segment 3 (scrub): layer 'scrub': option 'secret' is given twice",
+        "segment 3 (scrub): layer 'scrub': option 'mode' must be one of 'redact', 'mask'; got 'q'",
+    ]
+    assert "s3cret" not in text
+    with pytest.raises(ConfigError) as parsed:  # parse_url alone: the parsing problems
+        parse_url(url)
+    assert len(problem_lines(parsed.value)) == 3
+    assert "s3cret" not in str(parsed.value)
+
+
+def test_a_bad_store_url_is_reported_with_the_bad_layers() -> None:
+    with pytest.raises(ConfigError) as info:
+        open_storage("summarize?keep_lats=1::scrub?mode=q::sqlite")
+    lines = problem_lines(info.value)
+    assert len(lines) == 3
+    assert lines[0].startswith("segment 1 (summarize): layer 'summarize' has no option")
+    assert lines[1].startswith("segment 2 (scrub): layer 'scrub': option 'mode'")
+    assert lines[2].startswith("segment 3 (store URL): the last segment 'sqlite' is not a store")
+
+
+def test_one_mistake_keeps_its_single_line_wording(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        open_storage("summarize?triger_at=3::memory://")
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(
+        "URL summarize?triger_at=3::memory://: layer 'summarize' has no option 'triger_at' "
+        "(did you mean 'trigger_at'"
+    )
+    path = write(tmp_path, '[store]\ntype = "memory"\n[[layers]]\ntype = "scrub"\nmode = 1\n')
+    with pytest.raises(ConfigError) as single:
+        open_storage(path)
+    assert str(single.value).startswith(f"config {path}: layer 'scrub': option 'mode' ")
+    assert "problems" not in str(single.value)
+
+
+def test_env_secret_missing_and_secret_redacted_in_the_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CHATLAYERS_TEST_PII", "env-s3cret-value")
+    monkeypatch.delenv("CHATLAYERS_TEST_UNSET", raising=False)
+    spec: dict[str, Any] = {
+        "store": {"type": "memory", "retention_env": "CHATLAYERS_TEST_UNSET"},
+        "layers": [
+            # the env secret is read, then echoed by a bad value of another option
+            {"type": "scrub", "secret_env": "CHATLAYERS_TEST_PII", "mode": "env-s3cret-value"},
+            {"type": "summarize", "trigger_at": 1, "trigger_at_env": "CHATLAYERS_TEST_PII"},
+        ],
+    }
+    with pytest.raises(ConfigError) as info:
+        open_storage(spec)
+    lines = problem_lines(info.value)
+    assert len(lines) == 3
+    assert "retention_env names 'CHATLAYERS_TEST_UNSET', which is not set" in lines[0]
+    assert "option 'mode' must be one of" in lines[1]
+    assert "give 'trigger_at' or 'trigger_at_env', not both" in lines[2]
+    assert "s3cret" not in str(info.value)
+
+
+def test_several_problems_in_the_store_table_of_a_url(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        [store]
+        url = "memory://?retention=1d&retention=2d"
+        type = "sqlite"
+        [[layers]]
+        type = "summarize"
+        trigger_at = true
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(path)
+    lines = problem_lines(info.value)
+    assert lines[0] == "[store]: store 'memory': option 'retention' is given twice"
+    assert lines[1] == "[store]: type 'sqlite' does not match the URL scheme 'memory'"
+    assert lines[2].startswith("[[layers]] #1 (summarize): layer 'summarize': option")
+    assert len(lines) == 3
+
+
+def test_the_cli_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, SEVERAL)
+    assert main(["stack", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"chatlayers: error: config {path}: 8 problems:\n")
+    assert err.count("\n  - ") == 8
+    assert "s3cret" not in err
+
+
+def test_build_of_a_deferred_spec_with_a_custom_registry() -> None:
+    registry = Registry(entry_points=False)
+    spec = parse_config(
+        {"store": {"type": "memroy"}, "layers": [{"type": "summarize", "trigger_at": "x"}]},
+        defer=True,
+    )
+    with pytest.raises(ConfigError) as info:
+        build(spec, registry=registry)
+    lines = problem_lines(info.value)
+    assert lines[0].startswith("[store]: unknown store 'memroy' (did you mean 'memory'?)")
+    assert lines[1].startswith("[[layers]] #1 (summarize): layer 'summarize': option")
+
+
+# --- where a secret came from, in describe() ------------------------------------------------
+
+
+def scrub_line(stack: Any) -> str:
+    line = describe(stack).splitlines()[0]
+    assert line.startswith("TransformingChatStorage(transform=PIIScrubber(")
+    return line
+
+
+def test_describe_names_the_secret_source_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHATLAYERS_PII_SECRET", "default-s3cret")
+    monkeypatch.setenv("MY_PII_SECRET", "mine-s3cret")
+    from_toml = write(
+        tmp_path,
+        '[store]\ntype = "memory"\n[[layers]]\ntype = "scrub"\n'
+        'secret_env = "CHATLAYERS_PII_SECRET"\n',
+    )
+    toml_env = scrub_line(open_storage(from_toml))
+    default_env = scrub_line(open_storage("scrub::memory://"))
+    assert "secret=env:CHATLAYERS_PII_SECRET" in toml_env
+    assert toml_env == default_env  # same text whether config or the scrubber read it
+    other = write(
+        tmp_path,
+        '[store]\ntype = "memory"\n[[layers]]\ntype = "scrub"\nsecret_env = "MY_PII_SECRET"\n',
+        "other.toml",
+    )
+    assert "secret=env:MY_PII_SECRET" in scrub_line(open_storage(other))
+    url = scrub_line(open_storage("scrub?secret=url-s3cret::memory://"))
+    assert "secret=config," in url or url.endswith("secret=config))")
+    inline = write(
+        tmp_path,
+        '[store]\ntype = "memory"\n[[layers]]\ntype = "scrub"\nsecret = "toml-s3cret"\n',
+        "inline.toml",
+    )
+    assert "secret=config" in scrub_line(open_storage(inline))
+    code = TransformingChatStorage(InMemoryChatStorage(), PIIScrubber("code-s3cret"))
+    assert "secret=argument" in scrub_line(code)
+    assert "secret=argument" in scrub_line(scrub_layer(InMemoryChatStorage(), secret="c-s3cret"))
+    monkeypatch.delenv("CHATLAYERS_PII_SECRET")
+    assert "secret=random per-process" in scrub_line(open_storage("scrub::memory://"))
+    for stack in (open_storage(from_toml.with_name("other.toml")), open_storage(inline)):
+        assert "s3cret" not in describe(stack) + repr(stack)
+
+
+def test_cli_stack_shows_the_secret_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MY_PII_SECRET", "mine-s3cret")
+    path = write(
+        tmp_path,
+        '[store]\ntype = "memory"\n[[layers]]\ntype = "scrub"\nsecret_env = "MY_PII_SECRET"\n',
+    )
+    assert main(["stack", "--config", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    (scrub, _store) = json.loads(out)["components"]
+    assert "secret=env:MY_PII_SECRET" in scrub
+    assert "s3cret" not in out
+
+
+def test_secret_source_cannot_be_given_by_hand() -> None:
+    with pytest.raises(ConfigError, match="'secret_source' is set by the configuration"):
+        open_storage("scrub?secret=x&secret_source=env:FAKE::memory://")
+    with pytest.raises(ConfigError) as info:
+        open_storage("scrub?mod=mask::memory://")
+    allowed = str(info.value).partition("allowed: ")[2].split(", ")
+    assert "secret" in allowed
+    assert "json_keys" in allowed
+    assert "secret_source" not in allowed
+
+
+# --- json_keys through the scrub layer -------------------------------------------------------
+
+
+async def scrubbed_arguments(stack: Any) -> dict[str, Any]:
+    arguments = '{"nick": "Zed", "zip": "02139"}'
+    await stack.save(KEY, ChatMessage("assistant", None, [ToolCall("c1", "book", arguments)]))
+    (stored,) = await stack.base.fetch(KEY)
+    out: dict[str, Any] = json.loads(stored.tool_calls[0].arguments)
+    return out
+
+
+@pytest.mark.anyio
+async def test_scrub_json_keys_from_a_url() -> None:
+    stack = open_storage('scrub?secret=k&json_keys={"PERSON":["nick"]}::memory://')
+    out = await scrubbed_arguments(stack)
+    assert out["nick"].startswith("<PERSON_")
+    assert out["zip"] == "02139"  # json_keys replaces the defaults
+    with pytest.raises(ConfigError, match="option 'json_keys' must be a JSON object"):
+        open_storage("scrub?json_keys=nick::memory://")
+    with pytest.raises(ConfigError, match=r"layer 'scrub': .*upper-case"):
+        open_storage('scrub?json_keys={"person":["nick"]}::memory://')
+
+
+@pytest.mark.anyio
+async def test_scrub_json_keys_from_a_toml_table(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        [store]
+        type = "memory"
+        [[layers]]
+        type = "scrub"
+        secret = "k"
+        [layers.json_keys]
+        PERSON = ["nick"]
+        ZIP_CODE = ["zip"]
+        """,
+    )
+    out = await scrubbed_arguments(open_storage(path))
+    assert out["nick"].startswith("<PERSON_")
+    assert out["zip"].startswith("<ZIP_CODE_")
