@@ -362,3 +362,21 @@ async def test_scrub_json_keys_from_a_toml_table(tmp_path: Path) -> None:
     out = await scrubbed_arguments(open_storage(path))
     assert out["nick"].startswith("<PERSON_")
     assert out["zip"].startswith("<ZIP_CODE_")
+
+
+def test_a_json_config_with_a_repeated_key_and_other_mistakes(tmp_path: Path) -> None:
+    path = tmp_path / "stack.json"
+    path.write_text(
+        '{"store": {"type": "memory"}, "layers": ['
+        '{"type": "summarize", "trigger_at": 3, "trigger_at": 4, "keep_lats": 1}, '
+        '{"type": "scrub", "mode": "masks"}]}'
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(path)
+    lines = problem_lines(info.value)
+    assert lines[0] == "key 'trigger_at' is given twice"
+    assert lines[1].startswith("[[layers]] #1 (summarize): layer 'summarize' has no option")
+    assert lines[2].startswith("[[layers]] #2 (scrub): layer 'scrub': option 'mode'")
+    assert len(lines) == 3
+    with pytest.raises(ConfigError, match="key 'trigger_at' is given twice"):
+        load_config(path)

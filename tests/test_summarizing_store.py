@@ -463,10 +463,10 @@ def test_abilities_forwarded_but_not_checkpoints() -> None:
         RetentionStorage,
     ):
         assert find_ability(layer, ability) is layer, ability
-    # The layer consumes checkpoints; heads and tails of the raw record stay below it (a
-    # partial CheckpointStorage would let callers reach around the layer).
+    # The layer consumes checkpoints. It forwards the raw record's head (an orchestrator
+    # reads head().version for save_messages_if through the whole stack) and tail.
     assert find_ability(layer, CheckpointStorage) is None
-    assert find_ability(layer, SequencedStorage) is None
+    assert find_ability(layer, SequencedStorage) is layer
     assert find_ability(layer_over(Recorder(), FakeSummarizer()), ReplaceableStorage) is None
 
 
@@ -520,3 +520,18 @@ async def test_failing_activations_leave_no_state_beyond_max_buffers() -> None:
         with pytest.raises(SummarizerError):
             await layer.fetch(key)
     assert len(layer._states) <= 2
+
+
+async def test_stale_writer_detection_through_the_whole_stack() -> None:
+    from storage.errors import ConflictError
+
+    layer = layer_over(InMemoryChatStorage(), FakeSummarizer(), trigger_at=2)
+    await layer.save(KEY, ChatMessage("user", "first"))
+    version = (await layer.head(KEY)).version
+    await layer.save(KEY, ChatMessage("user", "someone else"))  # another worker writes
+    with pytest.raises(ConflictError):
+        await layer.save_messages_if(KEY, [ChatMessage("user", "stale")], expected_version=version)
+    assert [m.text for m in await layer.fetch(KEY)] == ["first", "someone else"]
+    fresh = (await layer.head(KEY)).version
+    await layer.save_messages_if(KEY, [ChatMessage("user", "ok")], expected_version=fresh)
+    assert (await layer.fetch(KEY))[-1].text == "ok"

@@ -45,7 +45,7 @@ from typing import Any, Final
 from storage.config.build import build
 from storage.config.chain import parse_store_url, parse_url
 from storage.config.options import from_env
-from storage.config.problems import Problems
+from storage.config.problems import Problem, Problems
 from storage.config.registry import Registry, did_you_mean
 from storage.config.spec import ComponentSpec, StackSpec, component_from_table, nest_tables
 from storage.config.stack import Stack
@@ -156,14 +156,29 @@ def load_config(path: str | os.PathLike[str], *, defer: bool = False) -> StackSp
         raw = file.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(file)!r}: {exc.strerror}") from exc
+    twice: list[str] = []
     try:
         if file.suffix.lower() == ".json":
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=lambda pairs: _no_repeats(pairs, twice))
         else:
-            data = tomllib.loads(raw.decode("utf-8"))
+            data = tomllib.loads(raw.decode("utf-8"))  # TOML itself refuses a repeated key
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {str(file)!r} is not valid: {exc}") from None
-    return parse_config(data, base_dir=file.parent, source=f"config {file}", defer=defer)
+    spec = parse_config(data, base_dir=file.parent, source=f"config {file}", defer=True)
+    spec.problems[:0] = [Problem("", f"key {key!r} is given twice") for key in twice]
+    if not defer:
+        Problems(spec.problems).raise_if_any(spec.source, spec.secrets())
+    return spec
+
+
+def _no_repeats(pairs: list[tuple[str, Any]], twice: list[str]) -> dict[str, Any]:
+    """A JSON object, noting each key given twice (``json`` would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            twice.append(key)
+        out[key] = value
+    return out
 
 
 def parse_config(

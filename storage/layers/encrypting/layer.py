@@ -289,6 +289,14 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
     async def save_messages(
         self, key: ChatKey, messages: Sequence[ChatMessage]
     ) -> list[ChatMessage]:
+        """Validate, seal and store a batch; return the plaintext messages as stored. The
+        user's data key is created (and wrapped into the keyring) on their first save.
+
+        Raises:
+            InvalidMessageError: a message breaks a rule (nothing stored).
+            ConfigError: the user's data key is wrapped by a master key not configured.
+            StorageUnavailableError: the keyring or the store cannot be reached.
+        """
         check_key(key)
         batch = prepare_batch(messages)
         if not batch:
@@ -301,10 +309,24 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         return self._as_stored(data_key, key, batch, stored)
 
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        """The conversation decrypted (the inner store cuts the window: roles are clear).
+
+        Raises:
+            KeyErasedError: a message was sealed with a data key the keyring no longer holds
+                (its user was erased; a restored copy), or copied from another user.
+            CorruptRecordError: a message does not authenticate (altered, or copied from
+                another conversation or message id) or is not encrypted.
+            ConfigError: the data key is wrapped by a master key that is not configured.
+        """
         stored = await self.inner.fetch(key, limit=limit)
         return await self._read(key, stored, whole=limit is None)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
+        """Every agent's messages of the session, decrypted, in the inner store's order.
+
+        Raises:
+            KeyErasedError, CorruptRecordError, ConfigError: as :meth:`fetch`.
+        """
         rows = await self.inner.fetch_all_chats(user_id, session_id)
         if not rows:
             return []
@@ -356,6 +378,12 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         return result
 
     async def fetch_since(self, key: ChatKey, after: int) -> Tail:
+        """The inner tail with its messages decrypted (sequence numbers and head as they are).
+
+        Raises:
+            InvalidArgumentError: ``after`` is not an int >= 0.
+            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
+        """
         tail: Tail = await self._below.fetch_since(key, after)
         if not tail.messages:
             return tail
@@ -363,6 +391,11 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         return Tail(tail.head, tail.seqs, tuple(messages))
 
     async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
+        """The inner checkpoint with its summary messages decrypted, or ``None``.
+
+        Raises:
+            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
+        """
         checkpoint: SummaryCheckpoint | None = await self._below.load_checkpoint(key)
         if checkpoint is None:
             return None

@@ -57,6 +57,7 @@ from storage.abilities import (
     ForwardRecords,
     ForwardRetention,
     ForwardSearch,
+    ForwardSequenced,
     ForwardSessions,
     SummaryCheckpoint,
     find_ability,
@@ -106,6 +107,7 @@ def _check_limit(limit: object) -> int | None:
 
 
 class SummarizingChatStorage(
+    ForwardSequenced,
     ForwardSessions,
     ForwardSearch,
     ForwardRecords,
