@@ -59,6 +59,8 @@ def build(spec: StackSpec, *, registry: Registry | None = None) -> Stack:
     problems = Problems(list(spec.problems))
     store_plan = _plan(spec.store, reg, secrets, problems) if spec.store.parsed else None
     layer_plans = [_plan(layer, reg, secrets, problems) for layer in spec.layers if layer.parsed]
+    if not spec.store.parsed and not problems:  # its problem was dropped from spec.problems
+        problems.add(spec.store.place, "the store could not be read")
     problems.raise_if_any(spec.source, secrets)
     assert store_plan is not None  # no problem: every component was planned
     top: Any = _construct(store_plan, secrets)
