@@ -69,6 +69,7 @@ _MICROSECOND = timedelta(microseconds=1)
 def _message_tuple(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
     return tuple(messages)
 
+
 # --- value types ---------------------------------------------------------------------------
 
 

@@ -245,9 +245,7 @@ def validate_history(messages: object, *, system: SystemPolicy = "keep") -> list
         InvalidArgumentError: ``system`` is not ``"keep"``, ``"strip"`` or ``"anywhere"``.
     """
     if system not in ("keep", "strip", "anywhere"):
-        raise InvalidArgumentError(
-            f"system must be 'keep', 'strip' or 'anywhere', got {system!r}"
-        )
+        raise InvalidArgumentError(f"system must be 'keep', 'strip' or 'anywhere', got {system!r}")
     if not isinstance(messages, list | tuple):
         raise InvalidMessageError(
             f"history must be a list of messages, got {type(messages).__name__}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -535,3 +536,16 @@ async def test_stale_writer_detection_through_the_whole_stack() -> None:
     fresh = (await layer.head(KEY)).version
     await layer.save_messages_if(KEY, [ChatMessage("user", "ok")], expected_version=fresh)
     assert (await layer.fetch(KEY))[-1].text == "ok"
+
+
+async def test_open_storage_enters_a_background_layer(tmp_path: Path) -> None:
+    from storage.config import open_storage
+
+    url = f"summarize?background=true&trigger_at=2::sqlite:///{tmp_path}/bg.db"
+    async with open_storage(url) as stack:
+        for n in range(8):  # would raise "not entered" if the stack did not enter the layer
+            await stack.save(KEY, ChatMessage("user" if n % 2 == 0 else "assistant", f"m{n}"))
+        assert len(await stack.fetch(KEY)) >= 1
+    async with open_storage(url) as again:  # a new worker: the raw record is all there
+        raw = await again.fetch_all_chats(KEY.user_id, KEY.session_id)
+        assert [m.message.text for m in raw] == [f"m{n}" for n in range(8)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from storage.abilities import (
     ForwardCheckpoints,
@@ -19,7 +19,7 @@ from storage.abilities import (
     ForwardSearch,
     ForwardSessions,
 )
-from storage.protocol import ChatStorage, ChatStorageWrapper
+from storage.protocol import AsyncContextMixin, ChatStorage, ChatStorageWrapper
 from storage.redact import redact_text
 
 __all__ = ["Stack", "components", "describe", "describe_lines"]
@@ -82,6 +82,20 @@ class Stack(
         super().__init__(top)
         self.source = source
         self._secrets = frozenset(secrets)
+
+    async def __aenter__(self) -> Self:
+        """Enter every component that does something on entry (a summarizing layer with
+        ``background=True`` opens its task group), innermost first; ``async with`` then closes
+        the whole chain once on exit."""
+        try:
+            for component in reversed(components(self)):
+                enter = getattr(type(component), "__aenter__", AsyncContextMixin.__aenter__)
+                if component is not self and enter is not AsyncContextMixin.__aenter__:
+                    await typing.cast(ChatStorage, component).__aenter__()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
 
     @property
     def base(self) -> ChatStorage:
