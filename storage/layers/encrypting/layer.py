@@ -121,6 +121,7 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
         self.masters: MasterKeys = load_master_keys(keys, key_env)
         if isinstance(keyring, str | os.PathLike):
+            _check_durable(os.fspath(keyring), inner)
             self.keyring: Keyring = open_keyring(os.fspath(keyring))
         elif keyring is None:
             raise ConfigError("encrypt: the keyring option is required")
@@ -621,12 +622,6 @@ def _check_apart(keyring: Keyring, inner: object) -> None:
             )
     elif isinstance(keyring, StoreKeyring):
         ring_base = _innermost(keyring.store)
-        if _describe(ring_base).startswith("memory") and not _describe(base).startswith("memory"):
-            raise ConfigError(
-                "encrypt: a memory:// keyring loses every data key when the process ends, and "
-                "with them every message of the persistent store below; give the keyring a "
-                "file or a server of its own"
-            )
         same = ring_base is base or (
             type(ring_base) is type(base)
             and _describe(ring_base) == _describe(base)
@@ -641,6 +636,20 @@ def _check_apart(keyring: Keyring, inner: object) -> None:
                 f"encrypt: the keyring {keyring.location} is the data store itself; give it "
                 "its own database, schema or prefix"
             )
+
+
+def _check_durable(location: str, inner: object) -> None:
+    """Refuse a ``memory://`` keyring (from configuration) over a store that persists.
+
+    Raises:
+        ConfigError: the keyring would lose every data key, and so every message, on exit.
+    """
+    if location.startswith("memory:") and not _describe(_innermost(inner)).startswith("memory"):
+        raise ConfigError(
+            "encrypt: a memory:// keyring loses every data key when the process ends, and "
+            "with them every message of the persistent store below; give the keyring a "
+            "file or a server of its own"
+        )
 
 
 def _describe(component: object) -> str:
