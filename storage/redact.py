@@ -35,7 +35,7 @@ REDACTED: Final = "***"
 # Errs towards hiding: a name that merely looks secret is hidden too, except a count of
 # tokens (``trigger_tokens``, ``max_input_tokens``: budgets, which describe() must show).
 _SENSITIVE = re.compile(
-    r"secret|passw|^pass$|pwd|token(?!s$)|api_?key|(?:^|_)key(?:_|$)|credential|auth", re.I
+    r"secret|passw|^pass$|pwd|token(?!s$)|api_?key|(?:^|_)keys?(?:_|$)|credential|auth", re.I
 )
 _URL_PASSWORD = re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/?#]*)@")
 _QUERY_PARAM = re.compile(r"""(?P<sep>[?&])(?P<key>[^=&?:\s]+)=(?P<value>[^&\s:'"(){}\[\],]*)""")

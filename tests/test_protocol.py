@@ -314,6 +314,7 @@ EXPORTED = {
     "ChatStorageWrapper",
     "ConfigError",
     "CorruptRecordError",
+    "EncryptingChatStorage",
     "InMemoryChatStorage",
     "InvalidKeyError",
     "InvalidMessageError",

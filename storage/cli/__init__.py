@@ -15,6 +15,7 @@ and ``--json`` for machine output)::
     chatlayers delete --user U       erase a user, a session, or one conversation
     chatlayers purge                 delete messages older than the store's retention
     chatlayers compact               summarize one conversation now, or tidy JSONL files
+    chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line

@@ -6,7 +6,9 @@
 - :mod:`storage.layers.scrubbing`: the ``scrub`` layer, a transforming layer running
   ``PIIScrubber``;
 - :mod:`storage.layers.summarizing`: ``SummarizingChatStorage``, summarized views of long
-  histories over an untouched raw record.
+  histories over an untouched raw record;
+- :mod:`storage.layers.encrypting`: ``EncryptingChatStorage``, AES-256-GCM with a data key per
+  user kept in a separate keyring (crypto-shredding on ``delete_user``).
 
 Every layer subclasses ``storage.protocol.ChatStorageWrapper`` (every protocol method
 forwarded explicitly) and opts into each optional ability with its ``Forward*`` mixin from
