@@ -294,7 +294,7 @@ async def test_replace_and_conditional_save(store: RedisChatStorage) -> None:
     record = await store.save_record(key, ConversationRecord("status", {"done": False}))
     before = await store.head(key)
     with pytest.raises(InvalidMessageError):
-        await store.replace(key, [msg("x"), ChatMessage("system", "late system")])
+        await store.replace(key, [msg("x"), ChatMessage("tool", "orphan", tool_call_id="x")])
     assert await store.head(key) == before
     stored = await store.replace(key, [msg("a", 5), msg("b", 6, role="assistant")])
     assert [m.text for m in stored] == ["a", "b"]

@@ -276,7 +276,8 @@ async def _background_tasks(layers: Sequence[Any]) -> AsyncIterator[None]:
     """Open the task group of every background summarizing layer for the replay."""
     async with AsyncExitStack() as stack:
         for layer in layers:
-            if getattr(layer, "background", False):
+            # A stack entered with ``async with`` has opened them already.
+            if getattr(layer, "background", False) and getattr(layer, "_tasks", None) is None:
                 await stack.enter_async_context(layer.background_tasks())
         yield
 
