@@ -9,6 +9,7 @@ global id.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -100,6 +101,8 @@ def _check_json_like(value: Any, what: str, where: str) -> None:
                 if v is None or v.__class__ in _SCALARS:
                     if v.__class__ is str and not v.isascii():
                         _check_text(v, _path((v, depth + 1, node, k), what), where)
+                    elif v.__class__ is float and not math.isfinite(v):
+                        _not_finite(v, _path((v, depth + 1, node, k), what), where)
                     continue
                 push((v, depth + 1, node, k))
         elif isinstance(item, list | tuple):
@@ -109,10 +112,17 @@ def _check_json_like(value: Any, what: str, where: str) -> None:
                 )
             for i, v in enumerate(item):
                 push((v, depth + 1, node, i))
+        elif isinstance(item, float) and not math.isfinite(item):
+            _not_finite(item, _path(node, what), where)
         elif not (item is None or isinstance(item, bool | int | float)):
             raise InvalidMessageError(
                 f"{where}{_path(node, what)} holds a {type(item).__name__}, which is not JSON data"
             )
+
+
+def _not_finite(value: float, what: str, where: str) -> None:
+    # JSON (RFC 8259 §6) has no NaN or Infinity: a record holding one would not be JSON.
+    raise InvalidMessageError(f"{where}{what} holds {value!r}, which JSON cannot represent")
 
 
 _SCALARS: Final = frozenset({str, int, float, bool})

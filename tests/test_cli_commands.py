@@ -304,7 +304,7 @@ def test_export_json_documents_import_back(
     target = tmp_path / "all.json"
     code, out, err = run(capsys, "export", "--url", url(db), "--format", "json", "-o", str(target))
     assert code == 0, err
-    assert "(20 messages, model view)" in out
+    assert "(20 messages, raw record)" in out  # json moves data: the raw record by default
     documents = json.loads(target.read_text())
     assert len(documents) == 5
     assert {d["user_id"] for d in documents} == {"ada", "bob"}
@@ -320,8 +320,8 @@ def test_export_raw_versus_model_view(db: Path, capsys: pytest.CaptureFixture[st
                  "--summary", "Bob asked about Oslo."]) == 0  # fmt: skip
     capsys.readouterr()
     args = ("export", "--url", stack_url, "--user", "bob")
-    model = run(capsys, *args, "--format", "json")[1]
-    raw = run(capsys, *args, "--format", "json", "--raw")[1]
+    model = run(capsys, *args, "--format", "json", "--model-view")[1]
+    raw = run(capsys, *args, "--format", "json")[1]  # json defaults to the raw record
     assert [m["content"] for m in json.loads(model)[0]["messages"]] == ["Bob asked about Oslo."]
     assert len(json.loads(raw)[0]["messages"]) == 4
     jsonl = run(capsys, *args)[1]  # jsonl defaults to the raw record (what import restores)
@@ -422,3 +422,18 @@ def test_open_storage_is_what_the_cli_uses(db: Path) -> None:
     # The CLI and the library build the same stack from a URL.
     stack = open_storage(url(db))
     assert stack.describe().splitlines()[-1].startswith("sqlite:///")
+
+
+def test_a_json_export_of_a_summarized_stack_imports_back(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack_url = f"summarize::{url(db)}"
+    assert main(["compact", "--url", stack_url, "--user", "bob", "--session", "trip",
+                 "--summary", "Bob asked about Oslo."]) == 0  # fmt: skip
+    target = tmp_path / "bob.json"
+    code, _, err = run(capsys, "export", "--url", stack_url, "--format", "json", "-o", str(target))
+    assert code == 0, err
+    copy = f"sqlite:///{tmp_path}/copy.db"
+    code, _, err = run(capsys, "import", "--url", copy, str(target))
+    assert code == 0, err
+    assert run_json(capsys, "stats", "--url", copy)["messages"] == 20  # every raw message

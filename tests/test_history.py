@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from storage.errors import InvalidMessageError
-from storage.history import last_turns_start, safe_window, split_turns, validate_history
+from storage.history import (
+    last_turns_start,
+    safe_window,
+    split_turns,
+    validate_history,
+    validate_message,
+)
 from storage.message import ChatMessage, ToolCall
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
@@ -221,3 +228,11 @@ def test_anywhere_accepts_instruction_messages_mid_record() -> None:
     assert validate_history(record, system="anywhere") == record
     with pytest.raises(InvalidMessageError, match="only allowed first"):
         validate_history(record)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_numbers_are_refused_naming_the_field(bad: float) -> None:
+    with pytest.raises(InvalidMessageError, match=r"metadata\['n'\]"):
+        validate_message(ChatMessage("user", "x", metadata={"n": bad}))
+    with pytest.raises(InvalidMessageError, match="JSON cannot represent"):
+        validate_message(ChatMessage("user", ({"type": "text", "text": "x", "w": [1.0, bad]},)))

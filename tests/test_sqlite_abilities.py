@@ -609,3 +609,14 @@ async def test_a_failed_write_leaves_messages_and_tallies_as_they_were(
         assert (await store.head(KEY), await store.list_sessions("u")) == before
         assert not store._conn.in_transaction
         assert [m.content for m in await store.save(KEY, msg("next"))] == ["next"]
+
+
+def test_missing_parent_directories_are_all_created_private(tmp_path: Path) -> None:
+    import stat
+
+    from storage.stores.sqlite.connection import _make_private_dirs
+
+    target = tmp_path / "a" / "b" / "c"
+    _make_private_dirs(target)
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", target):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory

@@ -76,3 +76,26 @@ async def test_checkpoint_messages_are_transformed_and_never_dropped() -> None:
     with pytest.raises(InvalidMessageError, match="dropped a summary"):
         await checkpoints.save_checkpoint(KEY, dropped, expected_version=1)
     assert (await inner.load_checkpoint(KEY)) == loaded
+
+
+@pytest.mark.anyio
+async def test_a_huge_message_is_transformed_off_the_event_loop_thread() -> None:
+    import threading
+
+    from storage.layers.transforming import TransformingChatStorage
+    from storage.stores.memory import InMemoryChatStorage
+
+    threads: list[int] = []
+
+    def record(message: ChatMessage, key: ChatKey) -> ChatMessage:
+        threads.append(threading.get_ident())
+        return message
+
+    layer = TransformingChatStorage(InMemoryChatStorage(), record, thread_chars=1_000)
+    key = ChatKey("u", "s", "a")
+    loop_thread = threading.get_ident()
+    await layer.save(key, ChatMessage("user", "small"))
+    await layer.save(key, ChatMessage("user", "x" * 5_000))
+    assert threads[0] == loop_thread
+    assert threads[1] != loop_thread  # the scrubber of a 5 kB message does not stall the loop
+    assert [len(m.text) for m in await layer.fetch(key)] == [5, 5_000]

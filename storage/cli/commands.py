@@ -225,7 +225,8 @@ async def _cmd_stack(args: argparse.Namespace, out: Output, stack: Stack) -> int
 
 
 async def _cmd_export(args: argparse.Namespace, out: Output, stack: Stack) -> int:
-    raw = args.raw if args.raw is not None else args.format == "jsonl"
+    # jsonl and json move data (import reads both): the raw record; md is for reading.
+    raw = args.raw if args.raw is not None else args.format != "md"
     options: dict[str, Any] = {
         "user_id": args.user,
         "session_id": args.session,
@@ -340,13 +341,13 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
         "--raw",
         action="store_true",
         default=None,
-        help="the stored record (the default for jsonl)",
+        help="the stored record (the default for jsonl and json, which import reads)",
     )
     view.add_argument(
         "--model-view",
         dest="raw",
         action="store_false",
-        help="what the model sees: a summarizing stack's view (the default for json and md)",
+        help="what the model sees: a summarizing stack's view (the default for md)",
     )
     p.add_argument(
         "-o", "--output", default=None, metavar="FILE", help="write to FILE (default stdout)"

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias
 
+import anyio
+import anyio.to_thread
 import attrs
 
 from storage.abilities import (
@@ -55,18 +57,29 @@ class TransformingChatStorage(
         inner: the wrapped store.
         transform: ``(message, key) -> ChatMessage | None`` (or an awaitable of it). It must
             keep the message ``id`` so a retried save stays idempotent.
+        thread_chars: a message holding more characters than this (content, text parts,
+            tool-call arguments) is transformed in a worker thread, so scrubbing a huge tool
+            result does not stall the event loop; default 65,536 (a thread hop costs ~100 µs,
+            far less than scrubbing that much text). The transform must then be thread-safe
+            (``PIIScrubber`` is).
 
     Raises:
         InvalidMessageError: a message is invalid (checked before the transform sees it); a
             transform dropped a checkpoint's summary message.
     """
 
-    def __init__(self, inner: ChatStorage, transform: MessageTransform) -> None:
+    def __init__(
+        self, inner: ChatStorage, transform: MessageTransform, *, thread_chars: int = 65_536
+    ) -> None:
         super().__init__(inner)
         self.transform = transform
+        self.thread_chars = thread_chars
 
     async def _one(self, key: ChatKey, message: ChatMessage) -> ChatMessage | None:
-        result = self.transform(message, key)
+        if _size(message) > self.thread_chars:
+            result = await anyio.to_thread.run_sync(self.transform, message, key)
+        else:
+            result = self.transform(message, key)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -154,3 +167,17 @@ class TransformingChatStorage(
             else getattr(self.transform, "__name__", type(self.transform).__name__)
         )
         return f"TransformingChatStorage(transform={what})"
+
+
+def _size(message: ChatMessage) -> int:
+    """Characters of text a transform has to read in ``message`` (a cheap upper bound)."""
+    content = message.content
+    size = len(content) if isinstance(content, str) else 0
+    if isinstance(content, tuple):
+        for part in content:
+            text = part.get("text")
+            if isinstance(text, str):
+                size += len(text)
+    for call in message.tool_calls:
+        size += len(call.arguments)
+    return size

@@ -100,11 +100,19 @@ class SQLiteKeyring:
     Args:
         path: the keyring file (created on first use with mode 0600, parents 0700).
         busy_timeout: seconds to wait for another process's write lock.
+        location: how the configuration named it, for messages (default: ``path`` as
+            given).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 5.0,
+        location: str | None = None,
+    ) -> None:
         self.path = os.path.abspath(os.fspath(path))
-        self.location = f"sqlite:///{self.path}"
+        self.location = location if location is not None else os.fspath(path)
         self._busy = busy_timeout
         self._db: sqlite3.Connection | None = None
         self._closed = False
@@ -320,7 +328,7 @@ def open_keyring(location: str) -> Keyring:
     if not isinstance(location, str) or not location.strip():
         raise ConfigError("encrypt: keyring must name a file or a store URL")
     if "://" not in location:
-        return SQLiteKeyring(os.path.expanduser(location))
+        return SQLiteKeyring(os.path.expanduser(location), location=location)
     if location.startswith("sqlite://"):
         from storage.stores.urls import path_from_url
 
@@ -329,7 +337,7 @@ def open_keyring(location: str) -> Keyring:
             raise ConfigError(
                 "encrypt: a keyring in sqlite://:memory: would lose every data key on exit"
             )
-        return SQLiteKeyring(path)
+        return SQLiteKeyring(path, location=redact_url(location))
     from storage.config import open_storage
 
     stack = open_storage(location)

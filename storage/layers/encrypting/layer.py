@@ -23,6 +23,7 @@ from storage.abilities import (
 )
 from storage.errors import ConfigError
 from storage.history import prepare_batch, validate_history
+from storage.layers.encrypting.apart import check_apart, check_durable
 from storage.layers.encrypting.cache import PlainCache
 from storage.layers.encrypting.envelope import (
     CHECKPOINT,
@@ -39,13 +40,7 @@ from storage.layers.encrypting.envelope import (
     token_key_id,
     token_of_record,
 )
-from storage.layers.encrypting.keyring import (
-    Keyring,
-    SQLiteKeyring,
-    StoreKeyring,
-    WrappedKey,
-    open_keyring,
-)
+from storage.layers.encrypting.keyring import Keyring, WrappedKey, open_keyring
 from storage.layers.encrypting.master import MasterKeys, load_master_keys
 from storage.layers.encrypting.vault import VAULT_KIND, PlaceholderVault, reveal_in
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
@@ -121,13 +116,13 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
         self.masters: MasterKeys = load_master_keys(keys, key_env)
         if isinstance(keyring, str | os.PathLike):
-            _check_durable(os.fspath(keyring), inner)
+            check_durable(os.fspath(keyring), inner)
             self.keyring: Keyring = open_keyring(os.fspath(keyring))
         elif keyring is None:
             raise ConfigError("encrypt: the keyring option is required")
         else:
             self.keyring = keyring
-        _check_apart(self.keyring, inner)
+        check_apart(self.keyring, inner)
         self._below: Any = inner
         self._data_keys: dict[str, tuple[WrappedKey, DataKey]] = {}
         self._prefixes: dict[tuple[bytes, ChatKey], bytes] = {}
@@ -580,78 +575,3 @@ def _erased(key: ChatKey, item_id: str, key_id: str, where: str) -> KeyErasedErr
         f"data key of user {key.user_id!r}: the user was erased (the key destroyed, so "
         "this copy can never be read), or the row was copied from another user"
     )
-
-
-def _innermost(component: object) -> object:
-    seen: set[int] = set()
-    while id(component) not in seen:
-        seen.add(id(component))
-        below = getattr(component, "inner", None)
-        if below is None:
-            return component
-        component = below
-    return component
-
-
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.abspath(path))
-
-
-def _check_apart(keyring: Keyring, inner: object) -> None:
-    """Refuse a keyring kept in the data store itself (shredding would then destroy nothing
-    that a copy of the data does not also hold).
-
-    Raises:
-        ConfigError: the keyring is the data store's file, lies inside its directory, or is
-            the same store.
-    """
-    base = _innermost(inner)
-    if isinstance(keyring, SQLiteKeyring):
-        ring = _real(keyring.path)
-        path = getattr(base, "path", None)
-        if isinstance(path, str) and path != ":memory:" and _real(path) == ring:
-            raise ConfigError(
-                f"encrypt: the keyring {keyring.location} is the data store's own file; "
-                "keep it in a file of its own (copies of the data must not hold the keys)"
-            )
-        root = getattr(base, "root", None)
-        if isinstance(root, str) and (ring + os.sep).startswith(_real(root) + os.sep):
-            raise ConfigError(
-                f"encrypt: the keyring {keyring.location} lies inside the data store's "
-                "directory; keep it outside (copies of the data must not hold the keys)"
-            )
-    elif isinstance(keyring, StoreKeyring):
-        ring_base = _innermost(keyring.store)
-        same = ring_base is base or (
-            type(ring_base) is type(base)
-            and _describe(ring_base) == _describe(base)
-            and all(
-                getattr(ring_base, attr, None) == getattr(base, attr, None)
-                for attr in ("path", "root", "prefix", "schema")
-            )
-            and not _describe(base).startswith("memory")
-        )
-        if same:
-            raise ConfigError(
-                f"encrypt: the keyring {keyring.location} is the data store itself; give it "
-                "its own database, schema or prefix"
-            )
-
-
-def _check_durable(location: str, inner: object) -> None:
-    """Refuse a ``memory://`` keyring (from configuration) over a store that persists.
-
-    Raises:
-        ConfigError: the keyring would lose every data key, and so every message, on exit.
-    """
-    if location.startswith("memory:") and not _describe(_innermost(inner)).startswith("memory"):
-        raise ConfigError(
-            "encrypt: a memory:// keyring loses every data key when the process ends, and "
-            "with them every message of the persistent store below; give the keyring a "
-            "file or a server of its own"
-        )
-
-
-def _describe(component: object) -> str:
-    own = getattr(component, "describe", None)
-    return str(own()) if callable(own) else type(component).__name__

@@ -169,9 +169,15 @@ def load_master_keys(keys: str | Sequence[str] | None, key_env: str | None) -> M
         return parse_master_keys(keys, "the keys option")
     variable = key_env or DEFAULT_KEY_ENV
     value = os.environ.get(variable)
-    if not value or not value.strip():
+    if value is None:
         raise ConfigError(
-            f"encrypt: the environment variable {variable} (key_env) holds no master key; "
+            f"encrypt: the environment variable {variable} (key_env) is not set; set it to "
+            "one or more master keys, newest first, comma-separated (make one with "
+            "`chatlayers keys new`)"
+        )
+    if not value.strip():
+        raise ConfigError(
+            f"encrypt: the environment variable {variable} (key_env) is empty; "
             "set it to one or more keys, newest first, comma-separated "
             "(make one with `chatlayers keys new`)"
         )

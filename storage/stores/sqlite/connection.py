@@ -32,7 +32,7 @@ def connect(
         if on_disk and not os.path.exists(path):
             if not create:
                 raise StorageUnavailableError(f"no SQLite database at {path!r} (create=False)")
-            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _make_private_dirs(Path(path).parent)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, cached_statements=128
@@ -55,3 +55,16 @@ def connect(
             conn.close()
         raise
     return conn
+
+
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and every missing parent with mode 0700 (``mkdir(parents=True)``
+    gives the parents the umask's mode, not the one asked for): chat history is personal data."""
+    missing: list[Path] = []
+    while not directory.exists():
+        missing.append(directory)
+        if directory.parent == directory:
+            break
+        directory = directory.parent
+    for made in reversed(missing):
+        made.mkdir(mode=0o700, exist_ok=True)
