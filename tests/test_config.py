@@ -627,6 +627,15 @@ def test_token_budgets_are_shown_but_tokens_are_secret() -> None:
 
     assert not is_sensitive("trigger_tokens")
     assert not is_sensitive("max_input_tokens")
-    for name in ("token", "api_token", "access_token_value", "token_url", "secret", "api_key",
-                 "keys", "master_keys", "key"):
+    for name in (
+        "token",
+        "api_token",
+        "access_token_value",
+        "token_url",
+        "secret",
+        "api_key",
+        "keys",
+        "master_keys",
+        "key",
+    ):
         assert is_sensitive(name), name
