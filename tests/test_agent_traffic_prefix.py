@@ -111,8 +111,9 @@ async def test_view_version_is_none_cold_and_changes_only_at_a_compaction() -> N
 def test_property_the_view_is_checkpoint_plus_the_raw_suffix(
     steps: list[tuple[str, int]], options: dict[str, Any], restart: bool
 ) -> None:
-    """Nothing is lost: after the marked head (pinned prompt, summary, verbatim copies) the
-    view is exactly the newest raw messages, and a restarted instance serves the same view."""
+    """Nothing is lost: after the head (pinned prompt, summary, verbatim copies: the stored
+    checkpoint) the view is exactly the newest raw messages; in the head only the summary is
+    marked, the copies are the raw messages; a restarted instance serves the same view."""
 
     async def run() -> None:
         base = InMemoryChatStorage()
@@ -121,10 +122,16 @@ def test_property_the_view_is_checkpoint_plus_the_raw_suffix(
         for n, (kind, size) in enumerate(steps):
             await layer.save_messages(KEY, messages_for(kind, size, n))
             view = await layer.fetch(KEY)
-            head = 0
-            while head < len(view) and view[head].is_summary:
-                head += 1
+            checkpoint = await base.load_checkpoint(KEY)
+            head = len(checkpoint.messages) if checkpoint is not None else 0
+            # Only the summary itself is marked; verbatim copies come back as stored raw.
+            assert not any(m.is_summary for m in view[head:])
             raw = await base.fetch(KEY)
+            by_id = {m.id: m for m in raw}
+            for m in view[:head]:
+                if not m.is_summary:
+                    assert m.id in by_id
+                    assert m == by_id[m.id] or m.metadata["chatlayers"].get("trimmed_chars")
             tail = [m.id for m in view[head:]]
             assert tail == [m.id for m in raw[len(raw) - len(tail) :]]
             check_tool_pairs(view)

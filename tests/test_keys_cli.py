@@ -162,3 +162,36 @@ def test_keys_help_lists_the_actions(capsys: pytest.CaptureFixture[str]) -> None
     assert "rotate" in out
     assert "status" in out
     assert "new" in out
+
+
+@pytest.mark.parametrize("typed", ["{tmp}/enc/keys.db", "sqlite:///{tmp}/enc/keys.db"])
+def test_stack_prints_the_keyring_as_typed(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    typed: str,
+) -> None:
+    monkeypatch.setenv(DEFAULT_KEY_ENV, OLD)
+    keyring = typed.format(tmp=tmp_path)
+    code, out, _ = run(
+        capsys, "stack", "--url", f"encrypt?keyring={keyring}::sqlite:///{tmp_path / 'c.db'}"
+    )
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if "EncryptingChatStorage(" in line]
+    assert f"(keyring={keyring}," in line
+
+
+def test_keys_status_names_an_unset_key_env_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NU_KEYS", raising=False)
+    stack = f"encrypt?key_env=NU_KEYS&keyring={tmp_path / 'k.db'}::sqlite:///{tmp_path / 'c.db'}"
+    code, _, err = run(capsys, "keys", "status", "--url", stack)
+    assert code != 0
+    assert "NU_KEYS (key_env) is not set" in err
+    assert "chatlayers keys new" in err
+    assert "holds no master key" not in err
+    monkeypatch.setenv("NU_KEYS", " ")
+    code, _, err = run(capsys, "keys", "status", "--url", stack)
+    assert code != 0
+    assert "NU_KEYS (key_env) is empty" in err

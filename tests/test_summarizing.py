@@ -372,21 +372,29 @@ class Reference:
         self.threshold = trigger_at * 2
         self.keep_last = keep_last
         # A summary that leaves the view over the trigger holds the key until this much more
-        # arrived (issue 13.1: no retry on every save).
+        # arrived (issue 13.1: no retry on every save), or a new turn started in its tail.
         self.step = max(1, self.threshold - max(1, self.threshold // 4))
         self.hold = 0
+        self.hold_turns = 0
+
+    @staticmethod
+    def turns(buffer: list[ChatMessage]) -> int:
+        return sum(1 for m in buffer if m.role == "user" and not m.is_summary)
 
     def summarize(self, history: list[ChatMessage]) -> list[ChatMessage]:
         start = last_turns_start(history, self.keep_last)
         result = [summary(f"summary of {start} messages"), *history[start:]]
         self.hold = len(result) + self.step if len(result) > self.threshold else 0
+        self.hold_turns = self.turns(result)
         return result
 
     def save(self, stored: list[ChatMessage]) -> None:
         self.raw += stored
         if self.buffer is not None:
             self.buffer += stored
-            if len(self.buffer) > self.threshold and len(self.buffer) >= self.hold:
+            if len(self.buffer) > self.threshold and (
+                len(self.buffer) >= self.hold or self.turns(self.buffer) > self.hold_turns
+            ):
                 self.buffer = self.summarize(self.buffer)
 
     def fetch(self) -> list[ChatMessage]:

@@ -12,6 +12,7 @@ Modules, one concept each:
 - :mod:`.cipher`: the ciphertext token (AES-GCM, key id, associated data);
 - :mod:`.master`: master keys from configuration, fingerprints, wrapping data keys;
 - :mod:`.keyring`: where wrapped data keys live (a SQLite file, or any store URL);
+- :mod:`.apart`: refusing a keyring that overlaps the data store;
 - :mod:`.envelope`: what the store holds for a message, a checkpoint message, a record;
 - :mod:`.cache`: decrypted messages kept in memory for fast re-reads;
 - :mod:`.vault`: the optional placeholder vault (reversible PII placeholders);

@@ -67,11 +67,15 @@ def _keyring_files(keyring: Keyring) -> list[str]:
     return []
 
 
-def _overlap(a: str, b: str) -> bool:
-    """``a`` is ``b``, or one lies inside the other."""
-    return (
-        a == b or a.startswith(b.rstrip(os.sep) + os.sep) or b.startswith(a.rstrip(os.sep) + os.sep)
-    )
+def _relation(ring: str, data: str) -> str | None:
+    """How the keyring path ``ring`` overlaps the data path ``data`` (``None``: apart)."""
+    if ring == data:
+        return "is the data store's own file or directory"
+    if ring.startswith(data.rstrip(os.sep) + os.sep):
+        return "lies inside the data store's directory"
+    if data.startswith(ring.rstrip(os.sep) + os.sep):
+        return "holds the data store's files"
+    return None
 
 
 def _server(component: object) -> tuple[object, ...] | None:
@@ -124,11 +128,12 @@ def check_apart(keyring: Keyring, inner: object) -> None:
     base = innermost(inner)
     for ring in _keyring_files(keyring):
         for data in _files(base):
-            if _overlap(ring, data):
+            relation = _relation(ring, data)
+            if relation is not None:
                 raise ConfigError(
-                    f"encrypt: the keyring {keyring.location} overlaps the data store "
-                    f"{describe(base)} ({ring} and {data}); keep the keyring in a file or "
-                    f"directory of its own, outside the data ({_KEEP_APART})"
+                    f"encrypt: the keyring {keyring.location} {relation} ({data}); keep the "
+                    f"keyring in a file or directory of its own, outside the data "
+                    f"({_KEEP_APART})"
                 )
     if isinstance(keyring, StoreKeyring):
         ring_base = innermost(keyring.store)

@@ -86,7 +86,9 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         keyring: where wrapped data keys live: a file path or ``sqlite:///path`` (a SQLite
             file of its own with ``secure_delete``), any other store URL (``redis://...``,
             ``postgresql://...``), or a :class:`~storage.layers.encrypting.keyring.Keyring`.
-            Required; refused when it is the data store's own file or database.
+            Required; refused when its file or directory is, lies inside or holds the
+            data store's (whatever either store's type), or it is the data store's own
+            Redis prefix or PostgreSQL table.
         key_env: the environment variable holding the master keys: one or more, newest
             first, comma-separated, each 32 random bytes in urlsafe base64 (``chatlayers
             keys new``). Default ``CHATLAYERS_MASTER_KEYS``.
@@ -98,7 +100,7 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
 
     Raises:
         ConfigError: no or malformed master keys, both ``keys`` and ``key_env``, no keyring,
-            a keyring inside the data store, a bad ``cache_chars``.
+            a keyring overlapping the data store, a bad ``cache_chars``.
     """
 
     def __init__(
@@ -348,8 +350,10 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
 
         Raises:
             InvalidKeyError: ``user_id`` is not a valid key part.
-            StorageUnavailableError: the keyring or the store cannot be reached (retry: both
-                steps are idempotent).
+            StorageUnavailableError: the keyring or the store cannot be reached. Retry:
+                both steps are idempotent, so a retry after the key was destroyed but the
+                data not yet deleted finishes the erasure (meanwhile the user's messages
+                raise ``KeyErasedError``).
         """
         check_key_part("user_id", user_id)
         await self.keyring.destroy(user_id)
@@ -357,7 +361,14 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         self._cache.discard(user_id)
         if self.vault is not None:
             self.vault.drop_user(user_id)
-        await self.inner.delete_user(user_id)
+        try:
+            await self.inner.delete_user(user_id)
+        except Exception as exc:
+            exc.add_note(
+                f"encrypt: the data key of user {user_id!r} is already destroyed (the data "
+                f"is unreadable); call delete_user({user_id!r}) again to finish deleting it"
+            )
+            raise
 
     async def aclose(self) -> None:
         self._cache.clear()
@@ -573,5 +584,6 @@ def _erased(key: ChatKey, item_id: str, key_id: str, where: str) -> KeyErasedErr
     return KeyErasedError(
         f"{where}: {item_id!r} was sealed with data key {key_id}, which is not the current "
         f"data key of user {key.user_id!r}: the user was erased (the key destroyed, so "
-        "this copy can never be read), or the row was copied from another user"
+        "this copy can never be read; if a delete_user of this user failed part-way, call "
+        "it again to finish the erasure), or the row was copied from another user"
     )

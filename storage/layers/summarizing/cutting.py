@@ -8,9 +8,12 @@ A view is ``checkpoint messages + raw tail``. The checkpoint's messages are, in 
 - raw messages copied verbatim (``carried``): the user message that opened a long turn whose
   older tool-call groups were summarized, and tool results shortened by trimming.
 
-Verbatim copies are marked ``metadata["chatlayers"] = {"summary": True, "verbatim": True}``
-(a checkpoint holds only marked messages); :func:`unmark` gives the raw message back, so the
-next round sees them as the history they are.
+In the stored checkpoint, verbatim copies are marked
+``metadata["chatlayers"] = {"summary": True, "verbatim": True}`` (a checkpoint holds only
+marked messages); :func:`unmark` gives the raw message back, so the next round sees them as
+the history they are, and :func:`view_form` is what the view shows: verbatim copies exactly as
+the raw messages were (a trimmed one with only its ``trimmed_chars`` marker), never marked as
+summaries, and the summary message without its stored hold (:mod:`.hold`).
 
 A **group** is an assistant message and the tool results after it (a tool call and its results
 are never split); a **turn** is a user message and everything up to the next one.
@@ -23,9 +26,23 @@ from typing import Literal
 
 import attrs
 
+from storage.layers.summarizing.hold import without_hold
 from storage.message import ChatMessage, thaw
 
-__all__ = ["Cut", "Work", "is_verbatim", "mark_verbatim", "plan_cut", "unmark"]
+__all__ = [
+    "PINNED_ROLES",
+    "Cut",
+    "Work",
+    "is_verbatim",
+    "mark_verbatim",
+    "pinned_prompt",
+    "plan_cut",
+    "unmark",
+    "view_form",
+]
+
+PINNED_ROLES = ("system", "developer")
+"""Roles of a leading prompt that is pinned: never summarized, first in every view."""
 
 
 def is_verbatim(message: ChatMessage) -> bool:
@@ -61,6 +78,22 @@ def unmark(message: ChatMessage) -> ChatMessage:
     else:
         meta.pop("chatlayers", None)
     return attrs.evolve(message, metadata=meta)
+
+
+def view_form(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """A stored checkpoint's messages as the view shows them (see the module docstring)."""
+    return [unmark(m) if is_verbatim(m) else without_hold(m) for m in messages]
+
+
+def pinned_prompt(head: Sequence[ChatMessage], tail: Sequence[ChatMessage]) -> ChatMessage | None:
+    """The pinned prompt of a view (``head``: its stored checkpoint messages, ``tail``: the
+    raw messages after them), as stored raw; ``None`` when the view has none."""
+    if head:
+        first = head[0]
+        return unmark(first) if is_verbatim(first) and first.role in PINNED_ROLES else None
+    if tail and tail[0].role in PINNED_ROLES and not tail[0].is_summary:
+        return tail[0]
+    return None
 
 
 @attrs.frozen
@@ -100,7 +133,7 @@ class Work:
         carried: list[ChatMessage] = []
         for index, message in enumerate(head):
             if is_verbatim(message):
-                if index == 0 and message.role == "system":
+                if index == 0 and message.role in PINNED_ROLES:
                     pinned = unmark(message)
                 else:
                     carried.append(unmark(message))
@@ -108,7 +141,7 @@ class Work:
                 prior.append(message)
         raw = list(tail)
         raw_seqs = list(seqs)
-        if not head and raw and raw[0].role == "system" and not raw[0].is_summary:
+        if not head and raw and raw[0].role in PINNED_ROLES and not raw[0].is_summary:
             pinned = raw.pop(0)
             raw_seqs.pop(0)
         return cls(

@@ -3,8 +3,9 @@
 Everything here works through the ``CheckpointStorage`` ability of the layer's inner stack
 (so checkpoints pass through every transforming layer below):
 
-- :func:`load` builds a cold key's view from its checkpoint and the raw messages after it
-  (``load_checkpoint`` + one ``fetch_since`` range read; no summarizer call);
+- :func:`load` builds a cold key's view (and its hold) from its checkpoint and the raw
+  messages after it (``load_checkpoint`` + one ``fetch_since`` range read; no summarizer
+  call);
 - :func:`read_back` brings a cached view up to date: the raw messages saved since (through
   any instance), or a rebuild when the record's epoch or the checkpoint's version changed;
 - :func:`install` replaces the summary part of a view by a checkpoint this instance stored;
@@ -23,6 +24,8 @@ from typing import Any
 import anyio
 
 from storage.abilities import CheckpointStorage, SummaryCheckpoint, Tail
+from storage.layers.summarizing.cutting import view_form
+from storage.layers.summarizing.hold import read_hold
 from storage.layers.summarizing.state import KeyState
 from storage.message import ChatKey, ChatMessage
 
@@ -51,7 +54,9 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
         tail = await store.fetch_since(key, 0)
         head = tail.head
     state.checkpoint = checkpoint
-    state.set_view(checkpoint.messages if checkpoint else (), tail.messages, tail.seqs)
+    stored = checkpoint.messages if checkpoint else ()
+    state.set_view(view_form(stored), tail.messages, tail.seqs)
+    state.hold = read_hold(stored, state.unit)
     # The head's version (not the one read) is what later heads are compared with, so a
     # store reporting a version it does not serve cannot make every fetch rebuild.
     state.cp_version = head.checkpoint_version
@@ -115,7 +120,8 @@ def install(state: KeyState, stored: SummaryCheckpoint) -> None:
         if seq is None or seq > stored.covers_to
     ]
     state.checkpoint = stored
-    state.set_view(stored.messages, [m for m, _ in keep], [s for _, s in keep])
+    state.set_view(view_form(stored.messages), [m for m, _ in keep], [s for _, s in keep])
+    state.hold = read_hold(stored.messages, state.unit)
     state.cp_version = stored.version
     state.head = type(state.head)(state.head.last_seq, state.head.epoch, stored.version)
 

@@ -72,7 +72,17 @@ from storage.errors import (
 from storage.history import last_turns_start, safe_window
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
-from storage.layers.summarizing.cutting import Work, opener_before, plan_cut
+from storage.layers.summarizing.cutting import (
+    PINNED_ROLES,
+    Cut,
+    Work,
+    mark_verbatim,
+    opener_before,
+    pinned_prompt,
+    plan_cut,
+    view_form,
+)
+from storage.layers.summarizing.hold import with_hold, without_hold
 from storage.layers.summarizing.policy import OnError, Policy
 from storage.layers.summarizing.projection import (
     leading_summaries,
@@ -178,12 +188,18 @@ class SummarizingChatStorage(
             mode, scheduled) a compaction.
 
     Summarizer calls: a compaction brings the view down to about the keep budget, and a key
-    whose view could not be brought under the trigger waits for ``trigger - keep`` more
-    (:mod:`.policy`), so a history of ``n`` messages (or tokens) costs at most about
-    ``n / (trigger - keep - s)`` calls, ``s`` the size of the summary and pinned messages
-    (the 600-pair agent turn with ``trigger_at=5``, 1,202 messages with its system prompt:
-    at most ``1202 // (10 - 2 - 3) + 1 = 241`` calls, measured 199, and a view of at most 10
-    messages after every save).
+    whose view could not be brought under the trigger is held until ``trigger - keep`` more
+    arrived or a new turn starts (:mod:`.policy`; the hold is stored in the checkpoint, so
+    every instance and a restarted worker decide alike), so a history of ``n`` messages (or
+    tokens) costs at most about ``n / (trigger - keep - s)`` calls plus one per turn that
+    starts while the view is held, ``s`` the size of the summary and pinned messages (the
+    600-pair agent turn with ``trigger_at=5``, 1,202 messages with its system prompt: at
+    most ``1202 // (10 - 2 - 3) + 1 = 241`` calls, measured 199, and a view of at most 10
+    messages after every save). No call (and no lease) is made while no cut is possible.
+
+    The view shows verbatim copies (the pinned system/developer prompt, a long turn's
+    opening user message, trimmed tool results) exactly as the raw messages were (a trimmed
+    one with only its ``trimmed_chars`` marker); only the summary message ``is_summary``.
 
     Raises:
         ValueError: on construction, for a bad ``trigger_at``, ``keep_last``,
@@ -625,6 +641,8 @@ class SummarizingChatStorage(
         """
         store = self._store
         assert store is not None
+        if not force and not self._may_cut(state):
+            return False  # every instance finds the same (a pure function of the view)
         async with fleet.lease(store, key, self._owner, self.lease_ttl) as held:
             if not held:
                 self.lease_busy += 1
@@ -644,23 +662,33 @@ class SummarizingChatStorage(
                 n_summary = state.n_summary
                 n_tail = state.sequenced_len()
                 seqs = cast(list[int], state.seqs[:n_tail])
-                covers = state.checkpoint.covers_to if state.checkpoint is not None else 0
-                work = Work.build(
-                    view[:n_summary], view[n_summary : n_summary + n_tail], seqs, covers
-                )
+                tail = view[n_summary : n_summary + n_tail]
+                checkpoint = state.checkpoint
+                covers = checkpoint.covers_to if checkpoint is not None else 0
+                # The stored form (verbatim copies marked), its old hold left out.
+                head = [without_hold(m) for m in checkpoint.messages] if checkpoint else []
+                work = Work.build(head, tail, seqs, covers)
                 base_version = state.cp_version
                 epoch = state.head.epoch
+            calls = self.summarizer_calls
             made = await self._compose(state, work)
-            if made is None or (made[1] <= covers and made[0] == list(view[:n_summary])):
-                self._policy.settle(state)  # nothing could be cut: wait for new material
+            if made is None or (made[1] <= covers and made[0] == head):
+                if self.summarizer_calls != calls:
+                    # The summarizer kept everything: wait for new material (this process
+                    # only: nothing was stored). Without a call every instance finds the
+                    # same, so the stored hold stays the one that rules.
+                    self._policy.settle(state)
                 return False
             messages, covers_to, name = made
+            # The hold is decided from what is stored (the checkpoint and the raw messages
+            # after it), and stored with it, so every instance holds the key alike.
+            kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]
+            size = state.size_of(view_form(messages)) + state.size_of(kept)
+            hold = self._policy.hold_for(size, sum(1 for m in kept if m.role == "user"))
+            messages = with_hold(messages, hold, state.unit)
             now = datetime.now(UTC)
-            checkpoint = fleet.new_checkpoint(messages, covers_to, epoch, name, now)
-            installed = await self._store_checkpoint(state, key, checkpoint, base_version)
-            if installed:
-                self._policy.settle(state)
-            return installed
+            new = fleet.new_checkpoint(messages, covers_to, epoch, name, now)
+            return await self._store_checkpoint(state, key, new, base_version)
 
     async def _compose(
         self, state: KeyState, work: Work
@@ -687,15 +715,7 @@ class SummarizingChatStorage(
                     self.trims_made += 1
                     return messages, work.covers_to_after(cut), "trim"
                 work = attrs.evolve(work, items=tuple(trimmed))  # the summarizer reads less
-        plan = plan_cut(
-            work.items,
-            keep_last=self.keep_last,
-            size_of=size_of,
-            trigger=policy.trigger,
-            keep_budget=policy.keep_budget,
-            by_tokens=policy.trigger_tokens is not None,
-            fixed=size_of(work.prior) + (size_of([work.pinned]) if work.pinned else 0),
-        )
+        plan = self._plan(state, work)
         if plan is None:
             return None
         now = datetime.now(UTC)
@@ -723,6 +743,31 @@ class SummarizingChatStorage(
         opener = opener_before(work.items, covered)
         messages = work.checkpoint(marked, covered, opener=opener)
         return messages, work.covers_to_after(covered), self._summarizer_name
+
+    def _plan(self, state: KeyState, work: Work) -> Cut | None:
+        size_of = state.size_of
+        policy = self._policy
+        return plan_cut(
+            work.items,
+            keep_last=self.keep_last,
+            size_of=size_of,
+            trigger=policy.trigger,
+            keep_budget=policy.keep_budget,
+            by_tokens=policy.trigger_tokens is not None,
+            fixed=size_of(work.prior) + (size_of([work.pinned]) if work.pinned else 0),
+        )
+
+    def _may_cut(self, state: KeyState) -> bool:
+        """A cheap look (no I/O) at whether a compaction of the cached view could cut
+        anything: False when no plan exists (nothing to take the lease for)."""
+        view = state.view
+        if view is None or self.trim_tool_results is not None:
+            return True  # trimming decides inside the compaction
+        checkpoint = state.checkpoint
+        head = [without_hold(m) for m in checkpoint.messages] if checkpoint else []
+        tail = view[state.n_summary :]
+        work = Work.build(head, tail, [0] * len(tail), 0)
+        return self._plan(state, work) is not None
 
     async def _call(
         self, state: KeyState, source: list[ChatMessage], keep_last: int
@@ -829,7 +874,7 @@ class SummarizingChatStorage(
         accepted: list[ChatMessage] | None = None
         self.summarizer_calls += 1
         # The leading system prompt is pinned: never summarized, first in every view.
-        pinned = source[:1] if source and source[0].role == "system" else []
+        pinned = source[:1] if source and source[0].role in PINNED_ROLES else []
         if pinned and pinned[0].is_summary:
             pinned = []
         try:
@@ -881,7 +926,8 @@ class SummarizingChatStorage(
             summary: ``None``: call the summarizer on the current view now (a view of at
                 most ``keep_last`` turns has nothing to summarize and stays). A text or a
                 message: install it as the summary covering the whole raw record so far
-                (the view becomes just that summary until the next save).
+                (the view becomes the leading system/developer prompt, unchanged, then that
+                summary, until the next save).
 
         Returns:
             The key's new view (what ``fetch`` returns now).
@@ -934,8 +980,13 @@ class SummarizingChatStorage(
                 async with state.sync_lock:
                     await fleet.read_back(store, key, state)
                     assert state.head is not None
+                    assert state.view is not None
+                    # The leading system/developer prompt stays first, ahead of the summary.
+                    stored = state.checkpoint.messages if state.checkpoint is not None else ()
+                    pinned = pinned_prompt(stored, state.view[state.n_summary :])
+                    messages = [mark_verbatim(pinned), message] if pinned else [message]
                     checkpoint = fleet.new_checkpoint(
-                        [message], state.synced_seq, state.head.epoch, "manual", datetime.now(UTC)
+                        messages, state.synced_seq, state.head.epoch, "manual", datetime.now(UTC)
                     )
                     base_version = state.cp_version
                 if await self._store_checkpoint(state, key, checkpoint, base_version):
@@ -951,7 +1002,11 @@ class SummarizingChatStorage(
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
             if message is not None:
-                state.set_view((message,), [])
+                # The leading system/developer prompt stays first, ahead of the summary.
+                first = source[0]
+                keep = first.role in PINNED_ROLES and not first.is_summary
+                state.set_view((first, message) if keep else (message,), [])
+                state.hold = None
                 state.compactions = next(self._compaction_seq)
             else:
                 state.summarizing = True

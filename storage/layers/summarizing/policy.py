@@ -3,9 +3,22 @@
 The budget counts messages (``trigger_at * 2``, the seed's contract) or tokens
 (``trigger_tokens``, counted per message once and kept as a running total). A view is due when
 it is over the trigger; a compaction keeps about ``keep_budget`` verbatim at the end (a quarter
-of the trigger unless ``keep_tokens`` says otherwise). A compaction that could not bring the
-view under the trigger holds the key until ``step`` more has arrived, so a key whose newest
-material cannot be shrunk is not retried on every save.
+of the trigger unless ``keep_tokens`` says otherwise).
+
+The hold: a compaction that could not bring the view under the trigger (what it may cut is
+limited: the last turns stay, a tool call and its results are never split) holds the key, so
+a key whose newest material cannot be shrunk is not retried on every save. The held key is
+due again as soon as either
+
+- the view has grown by ``step`` (``trigger - keep_budget``) since, or
+- a new turn has started in its raw tail (a new user message): the boundary a compaction may
+  cut at has moved, so newer material allows cutting more, and a view is never left over
+  the budget while it could be shrunk.
+
+In store mode the hold is written into the checkpoint the compaction stored (:mod:`.hold`),
+so a restarted worker and every other instance over the same store take the same decision
+(the same view, no extra summarizer call). A hold set without storing a checkpoint (the
+summarizer kept everything) stays in this process.
 
 ``on_error="raise"`` (the seed's contract): the error propagates from the ``save`` or
 ``fetch`` that triggered the call, and the next trigger retries at once.
@@ -24,6 +37,7 @@ from typing import Literal
 
 import attrs
 
+from storage.layers.summarizing.hold import Hold
 from storage.layers.summarizing.state import KeyState
 from storage.message import ChatKey
 
@@ -93,12 +107,20 @@ class Policy:
         if state.view is None:
             return False
         size = state.tokens if self.trigger_tokens is not None else len(state.view)
-        return size > self.trigger and size >= state.hold
+        if size <= self.trigger:
+            return False
+        hold = state.hold
+        return hold is None or size >= hold.size or state.tail_turns() > hold.turns
+
+    def hold_for(self, size: int, turns: int) -> Hold | None:
+        """The hold after a compaction leaving a view of ``size`` with ``turns`` user messages
+        in its raw tail (``None``: under the trigger, not held)."""
+        return Hold(size + self.step, turns) if size > self.trigger else None
 
     def settle(self, state: KeyState) -> None:
-        """After a compaction attempt: hold the key when its view is still over the trigger."""
-        size = self.size(state)
-        state.hold = size + self.step if size > self.trigger else 0
+        """After a compaction attempt that stored nothing (or in memory mode): hold the key
+        when its view is still over the trigger."""
+        state.hold = self.hold_for(self.size(state), state.tail_turns())
 
     def may_try(self, state: KeyState) -> bool:
         """No backoff is running for the key."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import anyio
 
 from storage.abilities import Head, SummaryCheckpoint
+from storage.layers.summarizing.hold import Hold, Unit
 from storage.message import ChatKey, ChatMessage
 
 __all__ = ["KeyState", "KeyStates"]
@@ -47,7 +48,9 @@ class KeyState:
         tokens: running size of ``view`` by ``measure``, kept incrementally: a save adds its
             messages' counts, only a rebuilt view is summed again (from cached counts).
         hold: a compaction that could not bring the view under the trigger sets this: no new
-            attempt until the view's size reaches it (enough new material).
+            attempt until the view's size reaches ``hold.size`` or a new turn starts in its
+            tail (:mod:`.hold`); store mode reads it from the checkpoint, so every instance
+            holds alike. ``None``: not held.
         compactions: times the view's head was replaced (memory mode's view version).
         scheduled: background mode: a summary task for this key is queued or running.
     """
@@ -91,9 +94,21 @@ class KeyState:
         self.retry_at: float | None = None
         self.measure = measure
         self.tokens = 0
-        self.hold = 0
+        self.hold: Hold | None = None
         self.compactions = 0
         self.scheduled = False
+
+    @property
+    def unit(self) -> Unit:
+        """The budget unit: ``"tokens"`` with a token measure, else ``"messages"``."""
+        return "messages" if self.measure is None else "tokens"
+
+    def tail_turns(self) -> int:
+        """User messages in the view's raw tail (after the summary part)."""
+        view = self.view
+        if view is None:
+            return 0
+        return sum(1 for m in view[self.n_summary :] if m.role == "user")
 
     def size_of(self, messages: Sequence[ChatMessage]) -> int:
         """``messages`` measured in the budget unit (tokens, else messages)."""
