@@ -201,3 +201,18 @@ async def test_cluster_node_restart(tmp_path: Path) -> None:
             assert len((await s.list_sessions("u")).sessions) == 12
     finally:
         cluster.stop()
+
+
+def test_redis_under_trio_is_a_clear_error(redis_url: str) -> None:
+    import anyio
+
+    from storage.errors import ConfigError
+    from storage.message import ChatKey
+    from storage.stores.redis import RedisChatStorage
+
+    async def main() -> None:
+        store = RedisChatStorage(redis_url, prefix="trio-check")
+        with pytest.raises(ConfigError, match="asyncio only"):
+            await store.fetch(ChatKey("u", "s", "a"))
+
+    anyio.run(main, backend="trio")

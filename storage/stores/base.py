@@ -45,12 +45,17 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Self, TypeVar
 
-from storage.errors import InvalidArgumentError, InvalidKeyError, StorageUnavailableError
+from storage.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    StorageUnavailableError,
+)
 from storage.history import prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 
-__all__ = ["BaseStore", "SessionRow", "check_key", "check_limit"]
+__all__ = ["BaseStore", "SessionRow", "check_key", "check_limit", "require_asyncio"]
 
 R = TypeVar("R")
 
@@ -82,6 +87,25 @@ def check_limit(limit: object) -> int | None:
     if limit < 0:
         raise InvalidArgumentError(f"limit must be >= 0 or None, got {limit}")
     return limit
+
+
+def require_asyncio(store: str) -> None:
+    """Refuse to run an asyncio-only driver (redis-py, asyncpg) on another event loop.
+
+    Raises:
+        ConfigError: the running async library is not asyncio (trio, say), naming the store.
+    """
+    import sniffio
+
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return  # not in async context: the driver call itself will say so
+    if library != "asyncio":
+        raise ConfigError(
+            f"{store} runs on asyncio only (its driver is asyncio-only), not on {library}: "
+            "run it under asyncio (anyio.run(..., backend='asyncio'))"
+        )
 
 
 def _translating(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from storage.errors import ConfigError
+from storage.stores.base import require_asyncio
 from storage.stores.redis.scripts import Script
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class ScriptClient:
             self.client = redis.asyncio.Redis.from_url(url, **options)
         self._init_lock = anyio.Lock()
         self.closed = False
+        self._on_asyncio = False  # checked once: redis-py's asyncio client needs asyncio
 
     async def ready(self) -> Redis | RedisCluster:
         """The client, its Cluster nodes discovered.
@@ -102,6 +104,9 @@ class ScriptClient:
         """
         if self.closed:
             raise ClosedError("the store is closed")
+        if not self._on_asyncio:
+            require_asyncio("RedisChatStorage")
+            self._on_asyncio = True
         client = self.client
         if self.cluster and getattr(client, "_initialize", False):
             async with self._init_lock:
