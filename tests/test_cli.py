@@ -223,7 +223,8 @@ def test_show_model_view_and_raw(tau_db: Path, capsys: pytest.CaptureFixture[str
     assert view["view"] == "model"
     assert len(view["messages"]) < length
     metadata = view["chatlayers"]["metadata"]
-    assert metadata[0]["chatlayers"]["summary"] is True  # the summary comes first
+    assert not (metadata[0] or {}).get("chatlayers")  # the pinned policy, as stored
+    assert metadata[1]["chatlayers"]["summary"] is True  # then the summary
     raw = run_json(capsys, "show", "--url", url, "--user", user, "--session", session, "--raw")
     assert raw["view"] == "raw"
     assert len(raw["messages"]) == length
@@ -235,7 +236,8 @@ def test_show_model_view_and_raw(tau_db: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "show", "--url", url, "--user", user, "--session", session)
     assert code == 0
     assert out.splitlines()[0].startswith("model view of ")
-    assert "[0] system (summary)" in out
+    assert "[0] system (summary)" not in out
+    assert "[1] system (summary)" in out
 
 
 @needs_listing
