@@ -377,7 +377,12 @@ def test_export_import_round_trip_sqlite_to_jsonl(
     )
     jsonl = f"jsonl://{tmp_path}/store"
     result = run_json(capsys, "import", "--url", jsonl, str(exported))
-    assert result == {"conversations": 50, "messages_stored": 1384, "messages_already_stored": 0}
+    assert result == {
+        "conversations": 50,
+        "conversations_left_empty": 0,
+        "messages_stored": 1384,
+        "messages_already_stored": 0,
+    }
     again = run_json(capsys, "import", "--url", jsonl, str(exported))
     assert again["messages_stored"] == 0  # idempotent
     code, second, _ = run(capsys, "export", "--url", jsonl)
@@ -681,3 +686,18 @@ def test_replay_defaults_to_a_token_budget_and_summarizes_the_agent_sets(
     code, out, err = run(capsys, "stack")
     assert code == 0, err
     assert "trigger_tokens" not in out
+
+
+def test_show_of_a_missing_conversation_fails_the_same_with_or_without_user(
+    tau_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = default_url(tau_db)
+    with_user = run(capsys, "show", "--url", url, "--user", "nobody", "--session", "nowhere")
+    without = run(capsys, "show", "--url", url, "--session", "nowhere")
+    assert with_user[0] == without[0] == 1
+    assert "no messages stored" in with_user[2]
+    user, session, _ = _longest_tau()
+    code, out, err = run(capsys, "show", "--url", url, "--user", user, "--session", session,
+                         "--limit", "0")  # fmt: skip
+    assert code == 0, err
+    assert "no message asked for" in out + err

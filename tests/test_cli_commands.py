@@ -437,3 +437,17 @@ def test_a_json_export_of_a_summarized_stack_imports_back(
     code, _, err = run(capsys, "import", "--url", copy, str(target))
     assert code == 0, err
     assert run_json(capsys, "stats", "--url", copy)["messages"] == 20  # every raw message
+
+
+def test_a_conversation_emptied_by_strip_is_not_counted_as_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.jsonl"
+    only_system = {"id": "c0", "user_id": "u", "messages": [{"role": "system", "content": "x"}]}
+    chat = {"id": "c1", "user_id": "u", "messages": [{"role": "user", "content": "hi"}]}
+    source.write_text(json.dumps(only_system) + "\n" + json.dumps(chat) + "\n")
+    target = f"sqlite:///{tmp_path}/t.db"
+    code, out, err = run(capsys, "import", "--url", target, str(source), "--system", "strip")
+    assert code == 0, err
+    assert out.startswith("imported 1 conversation: 1 message stored")
+    assert "1 conversation left empty by --system strip" in out

@@ -192,8 +192,11 @@ async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
         out.json({"view": view, **conversation_record(key, messages)})
         return 0
     if not messages:
-        out.note(f"no messages stored for {key}")
-        return 0
+        if args.limit == 0:
+            out.note("--limit 0: no message asked for")
+            return 0
+        # As when the session itself is unknown (found without --user): an error, exit 1.
+        raise ConfigError(f"no messages stored for {key}")
     rows = []
     for index, message in enumerate(messages):
         role = message.role + (" (summary)" if message.is_summary else "")
@@ -267,12 +270,16 @@ async def _cmd_export(args: argparse.Namespace, out: Output, stack: Stack) -> in
 async def _cmd_import(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     # Everything is validated before any write.
     conversations = read_conversations([args.file], system=args.system)
+    # A conversation left empty (it held only the stripped system message) is not imported.
+    emptied = sum(1 for c in conversations if not c.messages)
+    conversations = [c for c in conversations if c.messages]
     with out.progress("importing", len(conversations)) as advance:
         stored, skipped = await import_conversations(stack, conversations, on_conversation=advance)
     if out.json_mode:
         out.json(
             {
                 "conversations": len(conversations),
+                "conversations_left_empty": emptied,
                 "messages_stored": stored,
                 "messages_already_stored": skipped,
             }
@@ -281,6 +288,11 @@ async def _cmd_import(args: argparse.Namespace, out: Output, stack: Stack) -> in
         out.text(
             f"imported {plural(len(conversations), 'conversation')}: "
             f"{plural(stored, 'message')} stored, {skipped:,} already present"
+            + (
+                f"; {plural(emptied, 'conversation')} left empty by --system strip"
+                if emptied
+                else ""
+            )
         )
     return 0
 
