@@ -312,14 +312,7 @@ class LlamaIndexChatStore(BaseChatStore):
         Raises:
             ConfigError: the stack cannot list its keys.
         """
-        from storage.abilities import ListableStorage, find_ability
-        from storage.errors import ConfigError
-
-        listable = find_ability(self.stack, ListableStorage)
-        if listable is None:
-            raise ConfigError("get_keys needs a stack that can list its keys (list_keys)")
-        keys = await listable.list_keys(self.user_id)
-        return sorted({k.session_id for k in keys if k.agent_id == self.agent_id})
+        return await agent_session_ids(self.stack, self.user_id, self.agent_id)
 
     # --- sync (through the portal) ------------------------------------------------------
 
@@ -354,3 +347,20 @@ class LlamaIndexChatStore(BaseChatStore):
         """The user's session ids (blocking)."""
         result: list[str] = self.sync.call(self.aget_keys)
         return result
+
+
+async def agent_session_ids(stack: ChatStorage, user_id: str, agent_id: str) -> list[str]:
+    """The sessions of ``user_id`` holding messages of ``agent_id``, sorted (LlamaIndex's
+    chat-store keys).
+
+    Raises:
+        ConfigError: the stack cannot list its keys.
+    """
+    from storage.abilities import ListableStorage, find_ability
+    from storage.errors import ConfigError
+
+    listable = find_ability(stack, ListableStorage)
+    if listable is None:
+        raise ConfigError("get_keys needs a stack that can list its keys (list_keys)")
+    keys = await listable.list_keys(user_id)
+    return sorted({k.session_id for k in keys if k.agent_id == agent_id})

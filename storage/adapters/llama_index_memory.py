@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from storage.abilities import ConversationRecord, ListableStorage, RecordStorage, find_ability
+from storage.abilities import ConversationRecord, RecordStorage, find_ability
 from storage.adapters import missing_extra
-from storage.adapters.llama_index import from_chat_message, to_chat_message
+from storage.adapters.llama_index import agent_session_ids, from_chat_message, to_chat_message
 from storage.adapters.rewrite import insert, raw_history, rewrite
-from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
@@ -222,8 +221,4 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
         Raises:
             ConfigError: the stack cannot list its keys.
         """
-        listable = find_ability(self.stack, ListableStorage)
-        if listable is None:
-            raise ConfigError("get_keys needs a stack that can list its keys (list_keys)")
-        keys = await listable.list_keys(self.user_id)
-        return sorted({k.session_id for k in keys if k.agent_id == self.agent_id})
+        return await agent_session_ids(self.stack, self.user_id, self.agent_id)
