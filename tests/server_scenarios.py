@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 
-from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
@@ -138,61 +137,13 @@ async def kill_mid_run(
     password: str,
     key: ChatKey,
 ) -> None:
-    """Kill the server while a writer saves; the failing save raises StorageUnavailableError
-    (password redacted); after a restart nothing acknowledged is lost or duplicated and
-    retried saves are no-ops."""
-    acknowledged: list[ChatMessage] = []
-    failure: list[tuple[ChatMessage, StorageUnavailableError]] = []
-    enough = anyio.Event()
+    """The kit's kill-mid-run scenario (:func:`storage.testing.reliability_tests.kill_mid_run`)
+    on a store the caller opened."""
+    from storage.testing.harness import ServerControl
+    from storage.testing.reliability_tests import kill_mid_run as scenario
 
-    async def writer() -> None:
-        for n in range(100_000):
-            message = ChatMessage(
-                "user", f"message {n}", id=f"m{n}", created_at=BASE_TIME + timedelta(seconds=n)
-            )
-            try:
-                stored = await store.save(key, message)
-            except StorageUnavailableError as exc:
-                failure.append((message, exc))
-                return
-            assert stored == [message]
-            acknowledged.append(message)
-            if n == 25:
-                enough.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(writer)
-        await enough.wait()
-        await anyio.to_thread.run_sync(kill)
-    assert failure, "no save failed although the server was killed"
-    failed, error = failure[0]
-    assert password not in str(error)
-    assert ":***@" in str(error)
-    assert error.__cause__ is not None
-
-    # Still down: every call fails the same way.
-    still_down: StorageUnavailableError | None = None
-    try:
-        await store.fetch(key)
-    except StorageUnavailableError as exc:
-        still_down = exc
-    assert still_down is not None, "fetch succeeded while the server was down"
-    assert password not in str(still_down)
-
-    await anyio.to_thread.run_sync(restart)
-    history = await store.fetch(key)
-    ids = [m.id for m in history]
-    assert len(ids) == len(set(ids)), "duplicate after restart"
-    assert ids[: len(acknowledged)] == [m.id for m in acknowledged], "acknowledged save lost"
-    assert history[: len(acknowledged)] == acknowledged
-    # The failed save may or may not have landed; retrying it stores it exactly once.
-    assert len(history) in (len(acknowledged), len(acknowledged) + 1)
-    retried = await store.save(key, failed)
-    assert retried == ([] if len(history) > len(acknowledged) else [failed])
-    assert await store.save(key, acknowledged[-1]) == []
-    assert await store.save_messages(key, acknowledged[:5]) == []
-    after = await store.fetch(key)
-    assert [m.id for m in after] == [m.id for m in acknowledged] + [failed.id]
+    server = ServerControl(open=lambda: store, kill=kill, restart=restart, password=password)
+    await scenario(store, server, key)
 
 
 # --------------------------------------------------------------------------- differential
