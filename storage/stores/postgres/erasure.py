@@ -24,7 +24,7 @@ PostgreSQL keeps copies of deleted rows outside the live tables until they are o
   statistics hold no erased value (the old statistics rows are dead tuples of
   ``pg_statistic`` until a superuser's ``VACUUM FULL pg_statistic``).
 
-Measured on PostgreSQL 15 (``tests/test_postgres_erasure.py``): after ``delete_user``, a
+Measured on PostgreSQL 15 (``tests/stores/postgres/test_erasure.py``): after ``delete_user``, a
 plain ``VACUUM`` and a ``CHECKPOINT`` the erased text is still in the table's data file;
 after ``VACUUM FULL`` and a ``CHECKPOINT`` it is in no file under ``base/``, only in
 ``pg_wal`` until the segment is recycled.
