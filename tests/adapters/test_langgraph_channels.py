@@ -7,6 +7,7 @@ and LangGraph's published checkpointer conformance suite."""
 from __future__ import annotations
 
 import operator
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -295,7 +296,7 @@ def test_with_allowlist_reaches_the_inner_saver() -> None:
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**__import__("os").environ, "LANGGRAPH_STRICT_MSGPACK": "true"},
+        env={**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"},
         timeout=120,
         check=False,
     )
