@@ -14,9 +14,9 @@ Mapping (lossless for the message types below; the tests round-trip them):
 - ``content`` strings stay strings; content lists become parts (a bare string element becomes
   a ``{"type": "text"}`` part, remembered); the LangChain ``id`` becomes the message id, so
   adding the same message twice stores it once.
-- a tool call without an id (``None`` or ``""``) and a ``ToolMessage`` with
-  ``tool_call_id=""`` (what LangChain's tool node answers such a call with) are stored with
-  the id ``"chatlayers-no-call-id"`` and read back as given.
+- a tool call with the id ``""`` and a ``ToolMessage`` with ``tool_call_id=""`` (what
+  LangChain's tool node answers such a call with) are stored with the id
+  ``"chatlayers-no-call-id"``, so the pair stays a pair, and read back as given.
 - Fields with no chat equivalent (``additional_kwargs``, ``response_metadata``,
   ``usage_metadata``, ``artifact``, a tool message's ``status``, ...) are kept in
   ``metadata["langchain"]`` when they differ from their defaults. Metadata is stored as
@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra
 from storage.errors import InvalidMessageError
 from storage.message import ROLES, ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -45,8 +45,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 __all__ = ["LangChainChatMessageHistory", "from_chat_message", "to_chat_message"]
 
 META: Final = "langchain"
-# The tool-call id stored for a call (and its result) that LangChain gave no id, or "".
-NO_CALL_ID: Final = "chatlayers-no-call-id"
 _ROLE_OF_TYPE: Final = {
     "human": "user",
     "HumanMessageChunk": "user",
@@ -130,7 +128,8 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
             null_ids.append(n)
         elif call_id == "":
             empty_ids.append(n)
-        calls.append(ToolCall(call_id or NO_CALL_ID, call["name"], arguments))
+        stored_id = "" if call_id is None else call_id or NO_CALL_ID
+        calls.append(ToolCall(stored_id, call["name"], arguments))
     if null_ids:
         meta["null_call_ids"] = null_ids
     if empty_ids:
