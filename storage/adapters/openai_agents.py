@@ -32,7 +32,7 @@ import anyio
 import attrs
 
 from storage.adapters import missing_extra
-from storage.adapters.rewrite import raw_history, rewrite
+from storage.adapters.rewrite import edit
 from storage.errors import InvalidMessageError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage, ToolCall, new_message_id, thaw
 from storage.protocol import ChatStorage
@@ -290,13 +290,13 @@ class OpenAIAgentsSession:
 
     ``get_items`` reads the stack's ``fetch`` (a summarizing stack's buffer), so the SDK's
     model sees the summarized history. ``pop_item`` works on the raw history and rewrites the
-    conversation: with a stack that has ``ReplaceableStorage`` (every built-in store) in one
-    atomic ``replace``, crash-safe; otherwise delete, then save what remains (a crash between
-    the two loses the conversation). Calls on one session object are serialized by a lock
-    that every thread and event loop share, so one session may serve ``Runner.run_sync``
-    calls from a thread pool; with a stack whose connections belong to one event loop (Redis,
-    PostgreSQL), pass a ``SyncChatStorage`` for that. Two session objects for one key must
-    not pop concurrently.
+    conversation under the version it read (:func:`storage.adapters.rewrite.edit`: a message
+    another worker appends meanwhile is kept): with a stack that has ``ReplaceableStorage``
+    (every built-in store) in one atomic ``replace``, crash-safe; otherwise delete, then save
+    what remains (a crash between the two loses the conversation). Calls on one session
+    object are serialized by a lock that every thread and event loop share, so one session
+    may serve ``Runner.run_sync`` calls from a thread pool; with a stack whose connections
+    belong to one event loop (Redis, PostgreSQL), pass a ``SyncChatStorage`` for that.
 
     Raises:
         InvalidMessageError: an item cannot be stored (nothing of the batch is stored).
@@ -382,24 +382,41 @@ class OpenAIAgentsSession:
 
         The raw record is rewritten without that item: one atomic ``replace`` when the stack
         has :class:`~storage.abilities.ReplaceableStorage`, else delete then save.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing removed).
         """
         async with self._lock:
             return await self._run(self._pop)
 
     async def _pop(self) -> TResponseInputItem | None:
-        raw = await raw_history(self.stack, self.key)
-        if not raw:
+        # The item is chosen on the first read; a retry (another worker appended meanwhile)
+        # removes that same item, never the message that landed in between.
+        popped: list[tuple[str, Item, list[ChatMessage]]] = []
+
+        def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            if not popped:
+                if not raw:
+                    return None
+                last = raw[-1]
+                items = message_to_items(last)
+                item = items.pop()
+                # What remains of the last message keeps its id and time.
+                rest = [
+                    attrs.evolve(
+                        m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at
+                    )
+                    for n, m in enumerate(items_to_messages(items))
+                ]
+                popped.append((last.id, item, rest))
+            target, _, rest = popped[0]
+            for n, message in enumerate(raw):
+                if message.id == target:
+                    return [*raw[:n], *rest, *raw[n + 1 :]]
             return None
-        last = raw[-1]
-        items = message_to_items(last)
-        popped = items.pop()
-        # What remains of the last message keeps its id and time.
-        rest = [
-            attrs.evolve(m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at)
-            for n, m in enumerate(items_to_messages(items))
-        ]
-        await rewrite(self.stack, self.key, raw[:-1] + rest)
-        return cast("TResponseInputItem", popped)
+
+        await edit(self.stack, self.key, change)
+        return cast("TResponseInputItem", popped[0][1]) if popped else None
 
     async def clear_session(self) -> None:
         """Erase the conversation."""

@@ -4,7 +4,6 @@ edit's read and its write, over one SQLite file."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,12 @@ from llama_index.core.memory import ChatMemoryBuffer, Memory
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from storage.abilities import ForwardRecords, ForwardReplace, ForwardSequenced, Tail
 from storage.adapters.llama_index import LlamaIndexChatStore
 from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
 from storage.errors import ConflictError
-from storage.message import ChatKey
-from storage.protocol import ChatStorage, ChatStorageWrapper
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
+from tests.adapters.racing import AppendsAfterRead
 
 
 @pytest.fixture
@@ -64,25 +61,6 @@ async def test_chat_memory_buffer_keeps_a_tool_message_without_a_call_id() -> No
 
 
 # --- edits racing an append --------------------------------------------------------------
-
-
-class AppendsAfterRead(ForwardSequenced, ForwardReplace, ForwardRecords, ChatStorageWrapper):
-    """Runs ``interloper`` right after the record is read, ``times`` times: another worker's
-    append landing between an edit's read and its write."""
-
-    def __init__(
-        self, inner: ChatStorage, interloper: Callable[[], Awaitable[None]], times: int = 1
-    ) -> None:
-        super().__init__(inner)
-        self.interloper = interloper
-        self.times = times
-
-    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
-        tail = await super().fetch_since(key, after)
-        if self.times:
-            self.times -= 1
-            await self.interloper()
-        return tail
 
 
 def texts(messages: list[LlamaMessage]) -> list[str | None]:

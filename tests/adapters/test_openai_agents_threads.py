@@ -1,6 +1,7 @@
 """OpenAIAgentsSession as the SDK's users use ``SQLiteSession``: one session serving
 ``Runner.run_sync`` from a thread pool (each thread its own event loop), two workers over one
-SQLite file, ``close()``, and ``session_settings`` given as a dict next to a ``RunConfig``."""
+SQLite file, ``pop_item`` racing another worker's append, ``close()``, and
+``session_settings`` given as a dict next to a ``RunConfig``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from storage.adapters.openai_agents import OpenAIAgentsSession
 from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
 from storage.sync import SyncChatStorage
+from tests.adapters.racing import AppendsAfterRead
 from tests.adapters.test_openai_agents import ScriptedModel, text_message, weather_agent
 
 KEY = ChatKey("user-1", "session-1", "assistant")
@@ -111,6 +114,22 @@ def test_a_layered_stack_through_a_portal_from_a_thread_pool(tmp_path: Path) -> 
     result = run_pool([url], portal=True)
     assert result["answers"] == [f"answer {n}" for n in range(24)]
     assert len(result["stored"]) == 48
+
+
+@pytest.mark.anyio
+async def test_pop_item_never_erases_an_item_appended_meanwhile(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = OpenAIAgentsSession(SQLiteChatStorage(db), KEY)
+
+    async def append() -> None:
+        await two.add_items([{"role": "user", "content": "late"}])
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), append, times=0)
+    one = OpenAIAgentsSession(racing, KEY)
+    await one.add_items([{"role": "user", "content": f"m{n}"} for n in range(3)])
+    racing.times = 1
+    assert await one.pop_item() == {"role": "user", "content": "m2"}
+    assert [i["content"] for i in await two.get_items()] == ["m0", "m1", "late"]
 
 
 # --- close() -------------------------------------------------------------------------------
