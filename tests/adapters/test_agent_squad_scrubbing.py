@@ -67,6 +67,11 @@ def tool_turn() -> list[ConversationMessage]:
     ]
 
 
+def written_bytes(folder: Path) -> bytes:
+    """Every byte the store wrote (database, WAL, anything beside it)."""
+    return b"".join(p.read_bytes() for p in folder.iterdir() if p.is_file())
+
+
 @pytest.mark.anyio
 async def test_tool_results_saved_through_the_adapter_reach_the_store_scrubbed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -77,8 +82,7 @@ async def test_tool_results_saved_through_the_adapter_reach_the_store_scrubbed(
         storage = AgentSquadChatStorage(stack)
         await storage.save_chat_messages("u", "s", "support", tool_turn())
         history = await storage.fetch_chat("u", "s", "support")
-    # Every byte the store wrote (database, WAL, anything beside it).
-    written = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    written = written_bytes(tmp_path)
     assert written
     for value in (EMAIL, PHONE, str(CARD), IBAN, "7946", "1234 5698"):
         assert value.encode() not in written, value
