@@ -160,6 +160,30 @@ def test_removed_messages_stay_removed_as_with_in_memory_saver(
         assert history == native_history
 
 
+@pytest.mark.parametrize("node", [trim, compact])
+def test_over_a_summarizing_stack_removed_messages_come_back_only_as_the_summary(
+    node: Callable[[MessagesState], dict[str, Any]],
+) -> None:
+    native = node_graph(node, InMemorySaver())
+    stack = open_storage("summarize?trigger_at=2&keep_last=1::memory://")
+    with SyncChatStorage(stack) as sync:
+        graph = node_graph(node, ours(sync))
+        for n in range(6):
+            for g in (native, graph):
+                g.invoke({"messages": [HumanMessage(f"h{n}", id=f"h{n}")]}, CONFIG)
+            expected = [m.id for m in native.get_state(CONFIG).values["messages"]]
+            got = graph.get_state(CONFIG).values["messages"]
+            # The graph's messages, in its order; those the stack summarized away are
+            # represented by the summary, first; nothing the graph removed is back verbatim.
+            kept = [m.id for m in got if not m.response_metadata.get("chatlayers")]
+            assert kept == [i for i in expected if i in kept], n
+            if len(kept) < len(expected):
+                assert got[0].response_metadata["chatlayers"] == {"summary": True}
+            assert sum(bool(m.response_metadata.get("chatlayers")) for m in got) <= 1
+        assert len(kept) >= 2
+        assert got[-1].id == f"re-h{n}"
+
+
 def test_a_message_replaced_by_id_reads_back_replaced() -> None:
     native = node_graph(trim, InMemorySaver())
     store = InMemoryChatStorage()
