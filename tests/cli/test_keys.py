@@ -51,7 +51,9 @@ def url(tmp: Path) -> str:
 
 
 def layer(tmp: Path) -> EncryptingChatStorage:
-    return EncryptingChatStorage(SQLiteChatStorage(tmp / "chats.db"), keyring=tmp / "keyring.db")
+    return EncryptingChatStorage(
+        SQLiteChatStorage(tmp / "chats.db"), keyring=tmp / "keyring.db", create_keyring=True
+    )
 
 
 async def fill(tmp: Path) -> None:

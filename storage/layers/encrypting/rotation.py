@@ -4,10 +4,20 @@ Rotation touches only the keyring: each data key is unwrapped with the master ke
 wrapped it and wrapped again with the newest one (a compare-and-set per entry, so a
 concurrent erasure always wins); no message is rewritten, since messages are sealed with the
 data keys, which do not change. Afterwards the old master key can be removed.
+
+It is online: the new wrappings of a batch are computed first, then written in one short
+write (:meth:`~.keyring_base.Keyring.rewrap_many`, one transaction of a SQLite keyring),
+sized to hold the keyring's write lock a few milliseconds, with a pause after each batch so
+that the workers' own keyring writes (new users, erasures) get in between. Killed at any
+point, it loses nothing (a batch is all or nothing) and the next run does the rest.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Final
+
+import anyio
 import attrs
 
 from storage.errors import ConfigError
@@ -15,6 +25,9 @@ from storage.layers.encrypting.keyring import Keyring, WrappedKey
 from storage.layers.encrypting.master import MasterKeys
 
 __all__ = ["KeyStatus", "RotationResult", "key_status", "rotate_keys"]
+
+_FIRST_BATCH: Final = 64
+_MAX_BATCH: Final = 2048
 
 
 @attrs.frozen
@@ -61,8 +74,21 @@ async def key_status(keyring: Keyring, masters: MasterKeys) -> KeyStatus:
     return KeyStatus(len(entries), tuple(rows))
 
 
-async def rotate_keys(keyring: Keyring, masters: MasterKeys) -> RotationResult:
-    """Re-wrap every data key not wrapped by the newest master key.
+async def rotate_keys(
+    keyring: Keyring,
+    masters: MasterKeys,
+    *,
+    hold: float = 0.004,
+    pause: float = 0.006,
+) -> RotationResult:
+    """Re-wrap every data key not wrapped by the newest master key, in batches.
+
+    Args:
+        keyring: the keyring.
+        masters: the configured master keys (the newest wraps).
+        hold: seconds one batch should hold the keyring's write lock (the batch size
+            follows it).
+        pause: seconds to wait after each batch, so other writers get in.
 
     Raises:
         ConfigError: an entry is wrapped by a master key that is not configured (nothing
@@ -72,25 +98,39 @@ async def rotate_keys(keyring: Keyring, masters: MasterKeys) -> RotationResult:
     newest = masters.newest
     rewrapped = current = skipped = 0
     missing: set[str] = set()
+    pending: list[WrappedKey] = []
     for entry in await keyring.entries():
         if entry.master == newest.fingerprint:
             current += 1
-            continue
-        old = masters.find(entry.master)
-        if old is None:
+        elif masters.find(entry.master) is None:
             missing.add(entry.master)
-            continue
-        secret = old.unwrap(entry.user_id, entry.key_id, entry.wrapped)
-        fresh = WrappedKey(
-            entry.user_id,
-            entry.key_id,
-            newest.fingerprint,
-            newest.wrap(entry.user_id, entry.key_id, secret),
-        )
-        if await keyring.rewrap(fresh, expected=entry):
-            rewrapped += 1
         else:
-            skipped += 1
+            pending.append(entry)
+    size = _FIRST_BATCH
+    start = 0
+    while start < len(pending):
+        batch = pending[start : start + size]
+        start += len(batch)
+        pairs = []
+        for entry in batch:
+            old = masters.find(entry.master)
+            assert old is not None
+            secret = old.unwrap(entry.user_id, entry.key_id, entry.wrapped)
+            wrapped = newest.wrap(entry.user_id, entry.key_id, secret)
+            fresh = WrappedKey(entry.user_id, entry.key_id, newest.fingerprint, wrapped)
+            pairs.append((fresh, entry))
+        began = time.perf_counter()
+        done = await keyring.rewrap_many(pairs)
+        took = time.perf_counter() - began
+        rewrapped += done
+        skipped += len(pairs) - done
+        # Aim the next batch at ``hold`` seconds under the lock.
+        if took > hold:
+            size = max(1, size // 2)
+        elif took < hold / 2:
+            size = min(_MAX_BATCH, size * 2)
+        if start < len(pending):
+            await anyio.sleep(max(pause, took))
     if missing:
         raise ConfigError(
             f"keys rotate: {rewrapped} data keys re-wrapped, but some are wrapped by master "

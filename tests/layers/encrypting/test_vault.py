@@ -26,7 +26,11 @@ PHONE = "+44 20 7946 0958"
 
 def stack(tmp: Path) -> tuple[TransformingChatStorage, EncryptingChatStorage]:
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(tmp / "data" / "c.db"), keys=MASTER, keyring=tmp / "k.db", vault=True
+        SQLiteChatStorage(tmp / "data" / "c.db"),
+        keys=MASTER,
+        keyring=tmp / "k.db",
+        vault=True,
+        create_keyring=True,
     )
     assert layer.vault is not None
     return TransformingChatStorage(layer, PIIScrubber("pii-secret", vault=layer.vault)), layer
@@ -78,12 +82,19 @@ async def test_the_vault_is_shredded_with_the_user(tmp_path: Path) -> None:
 
 async def test_reveal_needs_a_vault(tmp_path: Path) -> None:
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=tmp_path / "k.db"
+        SQLiteChatStorage(tmp_path / "c.db"),
+        keys=MASTER,
+        keyring=tmp_path / "k.db",
+        create_keyring=True,
     )
     with pytest.raises(ConfigError, match="vault"):
         await layer.reveal(KEY, "<EMAIL_ADDRESS_00000000>")
     with pytest.raises(TypeError):
         await EncryptingChatStorage(
-            SQLiteChatStorage(tmp_path / "d.db"), keys=MASTER, keyring=tmp_path / "k.db", vault=True
+            SQLiteChatStorage(tmp_path / "d.db"),
+            keys=MASTER,
+            keyring=tmp_path / "k.db",
+            vault=True,
+            create_keyring=True,
         ).reveal(KEY, 42)
     await layer.aclose()
