@@ -6,10 +6,12 @@ concurrent erasure always wins); no message is rewritten, since messages are sea
 data keys, which do not change. Afterwards the old master key can be removed.
 
 It is online: the new wrappings of a batch are computed first, then written in one short
-write (:meth:`~.keyring_base.Keyring.rewrap_many`, one transaction of a SQLite keyring),
-sized to hold the keyring's write lock a few milliseconds, with a pause after each batch so
-that the workers' own keyring writes (new users, erasures) get in between. Killed at any
-point, it loses nothing (a batch is all or nothing) and the next run does the rest.
+write (:meth:`~.keyring_base.Keyring.rewrap_many`, one transaction of a SQLite keyring,
+about a millisecond for the default 256 entries), followed by a pause at least as long as
+the write took, so that the workers' own keyring writes (new users, erasures) get in
+between: the rotation holds the keyring's write lock at most half the time, a few
+milliseconds at once. Killed at any point, it loses nothing (a batch is all or nothing) and
+the next run does the rest.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from storage.layers.encrypting.master import MasterKeys
 
 __all__ = ["KeyStatus", "RotationResult", "key_status", "rotate_keys"]
 
-_FIRST_BATCH: Final = 64
-_MAX_BATCH: Final = 2048
+_BATCH: Final = 256
 
 
 @attrs.frozen
@@ -78,17 +79,17 @@ async def rotate_keys(
     keyring: Keyring,
     masters: MasterKeys,
     *,
-    hold: float = 0.004,
-    pause: float = 0.006,
+    batch: int = _BATCH,
+    pause: float = 0.005,
 ) -> RotationResult:
     """Re-wrap every data key not wrapped by the newest master key, in batches.
 
     Args:
         keyring: the keyring.
         masters: the configured master keys (the newest wraps).
-        hold: seconds one batch should hold the keyring's write lock (the batch size
-            follows it).
-        pause: seconds to wait after each batch, so other writers get in.
+        batch: entries re-wrapped per write.
+        pause: seconds to wait at least after each batch (longer when the write took
+            longer), so other writers get in.
 
     Raises:
         ConfigError: an entry is wrapped by a master key that is not configured (nothing
@@ -106,13 +107,11 @@ async def rotate_keys(
             missing.add(entry.master)
         else:
             pending.append(entry)
-    size = _FIRST_BATCH
-    start = 0
-    while start < len(pending):
-        batch = pending[start : start + size]
-        start += len(batch)
+    if type(batch) is not int or batch < 1:
+        raise ConfigError(f"keys rotate: batch must be an int >= 1, got {batch!r}")
+    for start in range(0, len(pending), batch):
         pairs = []
-        for entry in batch:
+        for entry in pending[start : start + batch]:
             old = masters.find(entry.master)
             assert old is not None
             secret = old.unwrap(entry.user_id, entry.key_id, entry.wrapped)
@@ -124,12 +123,7 @@ async def rotate_keys(
         took = time.perf_counter() - began
         rewrapped += done
         skipped += len(pairs) - done
-        # Aim the next batch at ``hold`` seconds under the lock.
-        if took > hold:
-            size = max(1, size // 2)
-        elif took < hold / 2:
-            size = min(_MAX_BATCH, size * 2)
-        if start < len(pending):
+        if start + batch < len(pending):
             await anyio.sleep(max(pause, took))
     if missing:
         raise ConfigError(
