@@ -96,7 +96,8 @@ class DataKeys:
         self._below = below
         self._create = create
         self._ledger = Ledger(below, keyring.location)
-        self._state: KeyringState | None = None
+        #: The keyring's state once checked against the store (``None``: not yet).
+        self.state: KeyringState | None = None
         self._keys: dict[str, tuple[WrappedKey, DataKey]] = {}
         self._erased: dict[str, bool] = {}
         self._skipped: set[str] = set()
@@ -110,7 +111,7 @@ class DataKeys:
             KeyringMissingError: no keyring there, and none may be created.
             KeyringMismatchError: an older or another keyring than the data's.
         """
-        state = self._state
+        state = self.state
         if state is None:
             try:
                 state = await self.keyring.state()
@@ -119,7 +120,7 @@ class DataKeys:
                     raise
                 state = (await self.create())[1]
             await self._ledger.check(state)
-            self._state = state
+            self.state = state
         return state
 
     async def create(self) -> tuple[bool, KeyringState]:
@@ -174,7 +175,7 @@ class DataKeys:
         target = max(before.generation, newest[0] if newest else 0) + 1
         after = await self.keyring.advance(target)
         await self._ledger.record(after)
-        self._state = None
+        self.state = None
         self._keys.clear()
         return before, after
 
@@ -192,7 +193,8 @@ class DataKeys:
         secret = master.unwrap(entry.user_id, entry.key_id, entry.wrapped)
         return DataKey(entry.user_id, entry.key_id, AESGCM(secret))
 
-    def _data_key(self, entry: WrappedKey) -> DataKey:
+    def data_key(self, entry: WrappedKey) -> DataKey:
+        """The unwrapped data key of ``entry`` (cached while the entry is unchanged)."""
         cached = self._keys.get(entry.user_id)
         if cached is not None and cached[0] == entry:
             return cached[1]
@@ -213,10 +215,10 @@ class DataKeys:
     async def live(self, user_id: str) -> DataKey | None:
         """The user's live data key (asked of the keyring on every call, so an erasure by
         another process is seen at once), or ``None``."""
-        if self._state is None:
+        if self.state is None:
             await self.ready()
         entry = await self.keyring.get(user_id)
-        return None if entry is None else self._data_key(entry)
+        return None if entry is None else self.data_key(entry)
 
     async def writer(self, user_id: str) -> tuple[WrappedKey, DataKey]:
         """The user's data key for a write, made on their first save.
@@ -225,12 +227,12 @@ class DataKeys:
             InvalidKeyError: the user id is the ledger's.
             DataKeyMissingError: the user has data sealed with a key the keyring lacks.
         """
-        if self._state is None:
+        if self.state is None:
             await self.ready()
         entry = await self.keyring.get(user_id)
         if entry is None:
             entry = await self._new_key(user_id)
-        return entry, self._data_key(entry)
+        return entry, self.data_key(entry)
 
     async def _new_key(self, user_id: str) -> WrappedKey:
         if user_id == RESERVED_USER:
@@ -340,7 +342,7 @@ class DataKeys:
     async def destroy(self, user_id: str) -> None:
         """Destroy the user's data key (with an erasure record) and record the keyring's
         new generation in the store."""
-        if self._state is None:
+        if self.state is None:
             await self.ready()
         destroyed = await self.keyring.destroy(user_id)
         self.forget(user_id)

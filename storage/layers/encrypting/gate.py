@@ -25,6 +25,14 @@ class UserGate:
         self._erasing: dict[str, anyio.Event] = {}
         self._drained: dict[str, anyio.Event] = {}
 
+    def try_enter(self, user_id: str) -> bool:
+        """Start a write of ``user_id`` unless the user is being erased (then ``False``:
+        await :meth:`enter`)."""
+        if user_id in self._erasing:
+            return False
+        self._writers[user_id] = self._writers.get(user_id, 0) + 1
+        return True
+
     async def enter(self, user_id: str) -> None:
         """Start a write of ``user_id`` (waits while the user is being erased)."""
         while (erasing := self._erasing.get(user_id)) is not None:

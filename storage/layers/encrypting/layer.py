@@ -245,17 +245,25 @@ class EncryptingChatStorage(RecordsAndVault, ForwardSessions, ForwardRetention, 
         return await self._keys.resolve(key, first, ids, data_key, where)
 
     async def _live(self, user_id: str) -> DataKey | None:
-        data_key = await self._keys.live(user_id)
-        if data_key is None and self._keys.forget(user_id):
-            self._cache.discard(user_id)
-        return data_key
+        """The user's live data key, asked of the keyring on every read (an erasure by
+        another process is seen at once); ``None`` drops what this process cached."""
+        keys = self._keys
+        if keys.state is None:
+            await keys.ready()
+        entry = await self.keyring.get(user_id)
+        if entry is None:
+            if keys.forget(user_id):
+                self._cache.discard(user_id)
+            return None
+        return keys.data_key(entry)
 
     async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T:
         """Run ``write`` with the user's data key, serialized with erasures of the user and
         checked against the keyring once stored."""
         user_id = key.user_id
         gate = self._keys.gate
-        await gate.enter(user_id)
+        if not gate.try_enter(user_id):
+            await gate.enter(user_id)
         try:
             entry, data_key = await self._keys.writer(user_id)
             result = await write(data_key)
@@ -317,7 +325,8 @@ class EncryptingChatStorage(RecordsAndVault, ForwardSessions, ForwardRetention, 
             return []
         user_id = key.user_id
         gate = self._keys.gate
-        await gate.enter(user_id)
+        if not gate.try_enter(user_id):
+            await gate.enter(user_id)
         try:
             entry, data_key = await self._keys.writer(user_id)
             if self.vault is not None:
