@@ -159,3 +159,13 @@ def test_a_rotation_killed_mid_way_resumes_and_the_old_key_can_go(tmp_path: Path
     assert f"re-wrapped {total - rotated:,} data keys" in again.stdout
     assert under(ring, NEW) == total
     anyio.run(_read_users, data, ring, users, total)
+
+
+def test_the_rotation_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A small run end to end (its timings are not judged here)."""
+    from benchmarks.rotation import main
+
+    assert main(["--quick", "--keys", "300"]) == 0
+    out = capsys.readouterr().out
+    for row in ("| idle |", "| rotate (batched) |", "| rotate (per entry) |", "Target:"):
+        assert row in out
