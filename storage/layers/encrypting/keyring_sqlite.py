@@ -92,9 +92,9 @@ class SQLiteKeyring:
         if not os.path.exists(self.path):
             parent = os.path.dirname(self.path)
             where = "the file does not exist" + (
-                "" if os.path.isdir(parent) else f" (nor its directory {parent})"
+                "" if os.path.isdir(parent) else f", nor its directory {parent}"
             )
-            raise self._missing(where + " (is the volume holding it mounted?)")
+            raise self._missing(where + ": is the volume holding it mounted?")
         db = self._connect()
         try:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}

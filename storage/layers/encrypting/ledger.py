@@ -71,9 +71,10 @@ class Ledger:
             return set()
         return {str(r.data.get("keyring")) for r in await self._store.fetch_records(_IDS)}
 
-    async def newest(self, since: int) -> tuple[int, str] | None:
+    async def newest(self, since: int, *, first_above: bool = False) -> tuple[int, str] | None:
         """The highest generation recorded from the shard of ``since`` on, with its keyring
-        id (``None``: none recorded there)."""
+        id (``None``: none recorded there); with ``first_above``, the first shard's best
+        once it is above ``since`` (enough to refuse, without reading every later shard)."""
         if self._store is None:
             return None
         best: tuple[int, str] | None = None
@@ -89,7 +90,9 @@ class Ledger:
                     ) from None
                 if best is None or mark > best:
                     best = mark
-            if not records and shard > since // _SHARD:
+            if (not records and shard > since // _SHARD) or (
+                first_above and best is not None and best[0] > since
+            ):
                 return best
             shard += 1
 
@@ -109,7 +112,7 @@ class Ledger:
                 "`chatlayers keys accept --url '<stack URL>'` makes this one the store's "
                 "keyring (what was sealed with the lost one stays unreadable)"
             )
-        newest = await self.newest(state.generation)
+        newest = await self.newest(state.generation, first_above=True)
         if newest is not None and newest[0] > state.generation:
             raise KeyringMismatchError(
                 f"encrypt: the keyring {self._location} is older than the data: it is at "
