@@ -22,6 +22,7 @@ Modules, one concept each:
 - :mod:`.cache`: decrypted messages kept in memory for fast re-reads;
 - :mod:`.vault`: the optional placeholder vault (reversible PII placeholders), and
   :mod:`.records`: the layer's records and ``reveal``;
+- :mod:`.abilities`: the layer's tails, checkpoints, replace and conditional saves;
 - :mod:`.layer`: ``EncryptingChatStorage``.
 
 A keyring is made on request only (``chatlayers keys init``, ``create_keyring=True``).

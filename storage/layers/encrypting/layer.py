@@ -10,16 +10,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-import attrs
-
-from storage.abilities import ForwardRetention, ForwardSessions, Head, SummaryCheckpoint, Tail
+from storage.abilities import ForwardRetention, ForwardSessions
 from storage.errors import ConfigError, InvalidKeyError
-from storage.history import prepare_batch, validate_history
+from storage.history import prepare_batch
+from storage.layers.encrypting.abilities import SealedAbilities
 from storage.layers.encrypting.apart import check_apart, check_durable
 from storage.layers.encrypting.cache import PlainCache
 from storage.layers.encrypting.datakeys import DataKeys
 from storage.layers.encrypting.envelope import (
-    CHECKPOINT,
     MESSAGE,
     DataKey,
     aad_prefix,
@@ -31,12 +29,10 @@ from storage.layers.encrypting.envelope import (
 from storage.layers.encrypting.keyring import Keyring, KeyringState, open_keyring
 from storage.layers.encrypting.ledger import RESERVED_USER
 from storage.layers.encrypting.master import MasterKeys, load_master_keys
-from storage.layers.encrypting.records import RecordsAndVault
 from storage.layers.encrypting.vault import PlaceholderVault
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import ChatStorage, ChatStorageWrapper
 from storage.stores.base import check_key
-from storage.stores.checks import check_checkpoint
 
 __all__ = ["EncryptingChatStorage"]
 
@@ -48,7 +44,7 @@ class _Foreign(Exception):
     """A value sealed with another key than the user's live one (resolved by the caller)."""
 
 
-class EncryptingChatStorage(RecordsAndVault, ForwardSessions, ForwardRetention, ChatStorageWrapper):
+class EncryptingChatStorage(SealedAbilities, ForwardSessions, ForwardRetention, ChatStorageWrapper):
     """Encrypt every message, checkpoint and record before the inner store sees it.
 
     Envelope encryption with AES-256-GCM (the ``cryptography`` package): each user has one
@@ -433,113 +429,6 @@ class EncryptingChatStorage(RecordsAndVault, ForwardSessions, ForwardRetention, 
             await self.inner.aclose()
         finally:
             await self.keyring.aclose()
-
-    # --- SequencedStorage and CheckpointStorage ------------------------------------------
-
-    async def head(self, key: ChatKey) -> Head:
-        result: Head = await self._below.head(key)
-        return result
-
-    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
-        """The inner tail with its messages decrypted (sequence numbers and head as they are).
-
-        Raises:
-            InvalidArgumentError: ``after`` is not an int >= 0.
-            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
-        """
-        tail: Tail = await self._below.fetch_since(key, after)
-        if not tail.messages:
-            return tail
-        messages = await self._read(key, list(tail.messages))
-        return Tail(tail.head, tail.seqs, tuple(messages))
-
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
-        """The inner checkpoint with its summary messages decrypted, or ``None``.
-
-        Raises:
-            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
-        """
-        checkpoint: SummaryCheckpoint | None = await self._below.load_checkpoint(key)
-        if checkpoint is None:
-            return None
-        data_key = await self._live(key.user_id)
-        messages = await self._open_all(data_key, key, checkpoint.messages, CHECKPOINT)
-        if len(messages) != len(checkpoint.messages):
-            return None  # made before an erasure of the user: void
-        return attrs.evolve(checkpoint, messages=tuple(messages))
-
-    async def save_checkpoint(
-        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
-    ) -> SummaryCheckpoint | None:
-        """Encrypt each summary message (the summary marker stays clear), then
-        compare-and-set the inner checkpoint.
-
-        Raises:
-            InvalidArgumentError: a malformed checkpoint (as the inner store).
-            InvalidMessageError: a checkpoint message is invalid or not marked as a summary.
-        """
-        check_key(key)
-        checked = check_checkpoint(checkpoint)
-
-        async def write(data_key: DataKey) -> SummaryCheckpoint | None:
-            prefix = self._prefix(CHECKPOINT, key)
-            sealed = tuple(seal_message(data_key, prefix, m) for m in checked.messages)
-            stored: SummaryCheckpoint | None = await self._below.save_checkpoint(
-                key, attrs.evolve(checked, messages=sealed), expected_version=expected_version
-            )
-            if stored is None:
-                return None
-            messages = self._open(data_key, key, stored.messages, CHECKPOINT)
-            return attrs.evolve(stored, messages=tuple(messages))
-
-        return await self._write(key, write)
-
-    async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
-        result: bool = await self._below.acquire_lease(key, owner, ttl)
-        return result
-
-    async def release_lease(self, key: ChatKey, owner: str) -> None:
-        await self._below.release_lease(key, owner)
-
-    # --- ReplaceableStorage --------------------------------------------------------------
-
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        """Validate and encrypt ``messages``, then replace the inner record atomically.
-
-        Raises:
-            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
-        """
-        check_key(key)
-        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
-
-        async def write(data_key: DataKey) -> list[ChatMessage]:
-            await self._flush_vault(key, data_key)
-            sealed = self._seal(data_key, key, batch)
-            stored: list[ChatMessage] = await self._below.replace(key, sealed)
-            self._cache.views.pop(key, None)
-            return self._as_stored(data_key, key, batch, stored)
-
-        return await self._write(key, write)
-
-    async def save_messages_if(
-        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
-    ) -> list[ChatMessage]:
-        """Encrypt ``messages``, then save them if the key's version holds.
-
-        Raises:
-            ConflictError: the key's version is not ``expected_version`` (nothing stored).
-        """
-        check_key(key)
-        batch = prepare_batch(messages)
-
-        async def write(data_key: DataKey) -> list[ChatMessage]:
-            await self._flush_vault(key, data_key)
-            stored: list[ChatMessage] = await self._below.save_messages_if(
-                key, self._seal(data_key, key, batch), expected_version=expected_version
-            )
-            return self._as_stored(data_key, key, batch, stored)
-
-        return await self._write(key, write)
 
     # --- RetentionStorage ----------------------------------------------------------------
 

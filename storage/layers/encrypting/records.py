@@ -8,7 +8,7 @@ vault's own records (:mod:`.vault`) are records of a reserved kind, hidden from
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from storage.abilities import ConversationRecord
 from storage.errors import ConfigError
@@ -38,14 +38,13 @@ class RecordsAndVault:
     _keys: DataKeys
     vault: PlaceholderVault | None
 
-    def _prefix(self, domain: bytes, key: ChatKey) -> bytes:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the layer's own
 
-    def _where(self, key: ChatKey) -> str:
-        raise NotImplementedError
+        def _prefix(self, domain: bytes, key: ChatKey) -> bytes: ...
 
-    async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T:
-        raise NotImplementedError
+        def _where(self, key: ChatKey) -> str: ...
+
+        async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T: ...
 
     async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
         """Encrypt the record's data (``kind``, ``id`` and times stay clear) and store it.
