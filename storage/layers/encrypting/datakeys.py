@@ -119,7 +119,7 @@ class DataKeys:
                 if not self._create:
                     raise
                 state = (await self.create())[1]
-            await self._ledger.check(state)
+            await self._ledger.check(state, self.keyring.state)
             self.state = state
         return state
 
@@ -133,12 +133,22 @@ class DataKeys:
         try:
             state = await self.keyring.state()
         except KeyringMissingError as missing:
-            await self._refuse_new_keyring(missing)
+            try:
+                await self._refuse_new_keyring(missing)
+            except KeyringMissingError:
+                try:  # another process may have just made it (and written to the store)
+                    state = await self.keyring.state()
+                except KeyringMissingError:
+                    pass
+                else:
+                    await self._ledger.check(state, self.keyring.state)
+                    return False, state
+                raise
             state = await self.keyring.create()
             await self._ledger.record(state)
             log.warning("encrypt: created the keyring %s", self.keyring.location)
             return True, state
-        await self._ledger.check(state)
+        await self._ledger.check(state, self.keyring.state)
         await self._ledger.record(state)
         return False, state
 

@@ -24,6 +24,7 @@ still tell a lost data key from an erased one, user by user.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from storage.abilities import ConversationRecord, RecordStorage, find_ability
@@ -96,8 +97,13 @@ class Ledger:
                 return best
             shard += 1
 
-    async def check(self, state: KeyringState) -> None:
-        """Refuse a keyring the data was not last written with.
+    async def check(
+        self, state: KeyringState, again: Callable[[], Awaitable[KeyringState]]
+    ) -> None:
+        """Refuse a keyring the data was not last written with. ``again`` reads the
+        keyring's state anew: a newer record may have been written meanwhile by a live
+        keyring's users (a record is written only once the keyring has that generation, so
+        the keyring read after the records is never behind them unless it is older).
 
         Raises:
             KeyringMismatchError: another keyring wrote here and this one never did, or the
@@ -113,6 +119,8 @@ class Ledger:
                 "keyring (what was sealed with the lost one stays unreadable)"
             )
         newest = await self.newest(state.generation, first_above=True)
+        if newest is not None and newest[0] > state.generation:
+            state = await again()
         if newest is not None and newest[0] > state.generation:
             raise KeyringMismatchError(
                 f"encrypt: the keyring {self._location} is older than the data: it is at "
