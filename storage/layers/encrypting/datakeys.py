@@ -118,13 +118,14 @@ class DataKeys:
             except KeyringMissingError:
                 if not self._create:
                     raise
-                state = (await self.create())[1]
+                state = (await self.create(announce=True))[1]
             await self._ledger.check(state, self.keyring.state)
             self.state = state
         return state
 
-    async def create(self) -> tuple[bool, KeyringState]:
-        """Make the keyring unless it exists; ``(made, state)``.
+    async def create(self, *, announce: bool = False) -> tuple[bool, KeyringState]:
+        """Make the keyring unless it exists; ``(made, state)``; ``announce`` logs a
+        warning when it is made (``create_keyring=True``: an operator should know).
 
         Raises:
             KeyringMissingError: the data store holds data of another keyring (the one
@@ -146,7 +147,8 @@ class DataKeys:
                 raise
             state = await self.keyring.create()
             await self._ledger.record(state)
-            log.warning("encrypt: created the keyring %s", self.keyring.location)
+            if announce:
+                log.warning("encrypt: created the keyring %s", self.keyring.location)
             return True, state
         await self._ledger.check(state, self.keyring.state)
         await self._ledger.record(state)

@@ -390,11 +390,15 @@ class EncryptingChatStorage(SealedAbilities, ForwardSessions, ForwardRetention, 
             self.vault.drop(key)
 
     async def delete_user(self, user_id: str) -> None:
-        """Erase the user: destroy the data key first (from then on no copy of the user's
-        ciphertext can be read anywhere), then the user's data in the inner store.
+        """Erase the user: destroy the data key first, leaving an erasure record (from then
+        on no copy of the user's ciphertext can be read anywhere), then the user's data in
+        the inner store. Waits for this instance's writes of the user in flight; a write of
+        another process that lands after it is undone by that process.
 
         Raises:
-            InvalidKeyError: ``user_id`` is not a valid key part.
+            InvalidKeyError: ``user_id`` is not a valid key part (or the reserved one).
+            KeyringMissingError, KeyringMismatchError: no keyring, or not the data's
+                (nothing erased).
             StorageUnavailableError: the keyring or the store cannot be reached. Retry:
                 both steps are idempotent, so a retry after the key was destroyed but the
                 data not yet deleted finishes the erasure (meanwhile the user's messages
