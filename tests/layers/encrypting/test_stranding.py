@@ -219,3 +219,24 @@ async def test_an_erased_user_who_comes_back_reads_their_new_conversation(
         assert [m.message.text for m in merged] == ["new", "welcome back"]
     async with layer(tmp_path, kind) as cold:
         assert await texts(cold, ADA) == ["new", "welcome back"]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_missing_server_keyring_is_named_with_its_password_redacted(
+    tmp_path: Path, redis_server_factory: Any
+) -> None:
+    password = "s3cret-keyring-pw"
+    server = redis_server_factory(tmp_path / "redis", password=password)
+    server.start()
+    location = f"{server.url}?prefix=keyring"  # a server that holds no keyring (flushed?)
+    stack = EncryptingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location
+    )
+    with pytest.raises(KeyringMissingError) as caught:
+        await stack.save(ADA, ChatMessage("user", "hi"))
+    message = str(caught.value)
+    assert password not in message
+    assert f"redis://:***@127.0.0.1:{server.port}/0" in message
+    assert "keys init" in message
+    await stack.aclose()
