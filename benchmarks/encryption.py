@@ -46,6 +46,7 @@ def _stacks(root: Path, size: int, cache: bool) -> tuple[Any, Any]:
         keys=new_master_key(),
         keyring=root / f"keys-{size}-{cache}.db",
         cache_chars=chars,
+        create_keyring=True,
     )
     return plain, encrypted
 

@@ -1,11 +1,14 @@
-"""``chatlayers keys new|rotate|status``: make master keys, re-wrap data keys, count them.
+"""``chatlayers keys new|init|rotate|status|accept``: master keys and the keyring.
 
-``new`` prints one new master key (32 random bytes, urlsafe base64) and opens nothing.
-``status`` and ``rotate`` work on the stack's encrypting layer (``--url``/``--config``, as
-every command): its keyring and its master keys (``key_env``, newest first). ``status`` says
-how many data keys each master key wraps, by fingerprint; ``rotate`` re-wraps every data key
-under the newest master key without rewriting a message, after which the old master key can
-be removed from the variable. No key is ever printed except by ``new``.
+``new`` prints one new master key (32 random bytes, urlsafe base64) and opens nothing. The
+others work on the stack's encrypting layer (``--url``/``--config``, as every command): its
+keyring and its master keys (``key_env``, newest first). ``init`` makes the keyring of a new
+deployment (a keyring is never made implicitly, so a missing one is an error, not a new
+empty one); ``status`` says how many data keys each master key wraps, by fingerprint;
+``rotate`` re-wraps every data key under the newest master key without rewriting a message,
+online and resumable, after which the old master key can be removed from the variable;
+``accept`` makes the keyring present the data store's when the right one is lost for good
+(after restoring an older backup). No key is ever printed except by ``new``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ __all__: list[str] = []
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
-        choices=("new", "rotate", "status"),
-        help="new: print a new master key; rotate: re-wrap every data key under the newest "
-        "master key; status: data keys per master key (fingerprints only)",
+        choices=("new", "init", "rotate", "status", "accept"),
+        help="new: print a new master key; init: make the keyring of a new deployment; "
+        "rotate: re-wrap every data key under the newest master key; status: data keys per "
+        "master key (fingerprints only); accept: take the keyring present as the data "
+        "store's (after restoring an older backup, when no newer copy exists)",
     )
 
 
@@ -54,7 +59,36 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
                 f"keys {args.action} needs a stack with the encrypt layer; this one is "
                 f"{' | '.join(opened.describe().splitlines())}"
             )
+        if args.action == "init":
+            made, state = await layer.init_keyring()
+            where = layer.keyring.location
+            if out.json_mode:
+                out.json({"keyring": where, "created": made, "generation": state.generation})
+            else:
+                out.text(
+                    f"created the keyring {where}"
+                    if made
+                    else f"the keyring {where} exists already (generation {state.generation})"
+                )
+            return 0
+        if args.action == "accept":
+            before, after = await layer.accept_keyring()
+            where = layer.keyring.location
+            if out.json_mode:
+                out.json(
+                    {"keyring": where, "before": before.generation, "generation": after.generation}
+                )
+            else:
+                out.text(
+                    f"the keyring {where} is now the data store's (generation "
+                    f"{before.generation} -> {after.generation}); data keys it lacks stay "
+                    "lost (their users' messages raise DataKeyMissingError: delete those "
+                    "users to let them start again); users erased after its backup are "
+                    "back in it: erase them again"
+                )
+            return 0
         if args.action == "rotate":
+            await layer.keyring_state()  # not a missing, older or another keyring
             result = await rotate_keys(layer.keyring, layer.masters)
             newest = layer.masters.newest.fingerprint
             if out.json_mode:
@@ -77,6 +111,7 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
                     )
                 )
             return 0
+        state = await layer.keyring_state()
         status = await key_status(layer.keyring, layer.masters)
         rows = [
             (
@@ -90,6 +125,7 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
             out.json(
                 {
                     "keyring": layer.keyring.location,
+                    "generation": state.generation,
                     "data_keys": status.data_keys,
                     "by_master": [
                         {"fingerprint": fp, "data_keys": count, "position": position}
@@ -98,7 +134,10 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
                 }
             )
         else:
-            out.text(f"{plural(status.data_keys, 'data key')} in {layer.keyring.location}")
+            out.text(
+                f"{plural(status.data_keys, 'data key')} in {layer.keyring.location} "
+                f"(generation {state.generation})"
+            )
             out.table(None, ("master key", "data keys", "configured"), rows)
             if status.unreadable:
                 out.text(
@@ -110,8 +149,8 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
 
 command(
     "keys",
-    help="encryption keys: print a new master key, rotate, or show which master key wraps "
-    "how many data keys",
+    help="encryption keys: print a new master key, make the keyring, rotate, show which "
+    "master key wraps how many data keys, accept a restored keyring",
     arguments=_arguments,
     needs_stack=False,
 )(_cmd_keys)

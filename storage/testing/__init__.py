@@ -35,6 +35,10 @@ Run it with ``pytest``: the class expands to one test per rule, layering
   records, retention purge (with an injected clock: :class:`FakeClock`);
 - the transforming layer's drop and raise paths and the *active* summarizing path over the
   store, lone surrogates and nesting beyond the limit refused on every stack;
+- encryption faults with the store under ``encrypt::`` (needs the ``encrypt`` extra): a
+  missing keyring is an error, never a new one; an older keyring is refused and a lost data
+  key is not an erasure; a save racing an erasure (another instance, another process) is
+  refused and leaves nothing, and an erased user who comes back reads;
 - reliability (when ``url`` is given and the store persists): a writer process killed with
   SIGKILL mid-write loses nothing it acknowledged and leaves no partial batch; two writer
   processes on one key keep every message, in each writer's order, batches contiguous; with a

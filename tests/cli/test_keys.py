@@ -1,6 +1,8 @@
-"""``chatlayers keys new|rotate|status`` (issue 14 item 3): rotation re-wraps every data key
-under the newest master key without rewriting a message, after which the old master key can
-be removed; status counts data keys by master-key fingerprint and never prints a key."""
+"""``chatlayers keys new|init|rotate|status|accept`` (issue 14 item 3): rotation re-wraps
+every data key under the newest master key without rewriting a message, after which the old
+master key can be removed; status counts data keys by master-key fingerprint and never prints
+a key; a missing keyring is named (never made by a command that reads it), ``init`` makes one
+on purpose and ``accept`` takes a restored older one."""
 
 from __future__ import annotations
 
@@ -51,7 +53,9 @@ def url(tmp: Path) -> str:
 
 
 def layer(tmp: Path) -> EncryptingChatStorage:
-    return EncryptingChatStorage(SQLiteChatStorage(tmp / "chats.db"), keyring=tmp / "keyring.db")
+    return EncryptingChatStorage(
+        SQLiteChatStorage(tmp / "chats.db"), keyring=tmp / "keyring.db", create_keyring=True
+    )
 
 
 async def fill(tmp: Path) -> None:
@@ -159,9 +163,8 @@ def test_keys_help_lists_the_actions(capsys: pytest.CaptureFixture[str]) -> None
         main(["keys", "--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert "rotate" in out
-    assert "status" in out
-    assert "new" in out
+    for action in ("new", "init", "rotate", "status", "accept"):
+        assert action in out
 
 
 @pytest.mark.parametrize("typed", ["{tmp}/enc/keys.db", "sqlite:///{tmp}/enc/keys.db"])
@@ -195,3 +198,64 @@ def test_keys_status_names_an_unset_key_env_variable(
     code, _, err = run(capsys, "keys", "status", "--url", stack)
     assert code != 0
     assert "NU_KEYS (key_env) is empty" in err
+
+
+def test_a_missing_keyring_is_named_and_keys_init_makes_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DEFAULT_KEY_ENV, OLD)
+    stack = f"encrypt?keyring={tmp_path / 'keyring.db'}::sqlite:///{tmp_path / 'chats.db'}"
+    code, _, err = run(capsys, "keys", "status", "--url", stack)
+    assert code == 1
+    assert str(tmp_path / "keyring.db") in err
+    assert "does not exist" in err
+    assert "chatlayers keys init" in err
+    assert not (tmp_path / "keyring.db").exists()  # status made no keyring
+    code, out, _ = run(capsys, "keys", "init", "--url", stack)
+    assert code == 0
+    assert "created the keyring" in out
+    code, out, _ = run(capsys, "keys", "init", "--url", stack)
+    assert code == 0
+    assert "exists already" in out
+    code, out, _ = run(capsys, "keys", "status", "--json", "--url", stack)
+    assert json.loads(out)["data_keys"] == 0
+    anyio.run(fill, tmp_path)  # the README's path: then the stack works as configured
+    assert anyio.run(read_all, tmp_path) == {user: [f"hello from {user}"] for user in USERS}
+
+
+def test_keys_init_refuses_a_new_keyring_over_another_keyrings_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DEFAULT_KEY_ENV, OLD)
+    anyio.run(fill, tmp_path)
+    (tmp_path / "keyring.db").rename(tmp_path / "elsewhere.db")  # the volume is not mounted
+    code, _, err = run(capsys, "keys", "init", "--url", url(tmp_path))
+    assert code == 1
+    assert "no new keyring is made" in err
+    assert not (tmp_path / "keyring.db").exists()
+
+
+def test_keys_accept_takes_a_restored_keyring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DEFAULT_KEY_ENV, OLD)
+    anyio.run(fill, tmp_path)
+    backup = (tmp_path / "keyring.db").read_bytes()
+
+    async def one_more() -> None:
+        async with layer(tmp_path) as store:
+            await store.save(ChatKey("late", "s", "a"), ChatMessage("user", "after the backup"))
+
+    anyio.run(one_more)
+    (tmp_path / "keyring.db").write_bytes(backup)  # restored from the older backup
+    code, _, err = run(capsys, "keys", "status", "--url", url(tmp_path))
+    assert code == 1
+    assert "older than the data" in err
+    assert "chatlayers keys accept" in err
+    code, out, _ = run(capsys, "keys", "accept", "--url", url(tmp_path))
+    assert code == 0
+    assert "is now the data store's" in out
+    code, out, _ = run(capsys, "keys", "status", "--url", url(tmp_path))
+    assert code == 0
+    assert "3 data keys" in out
+    assert anyio.run(read_all, tmp_path) == {user: [f"hello from {user}"] for user in USERS}

@@ -11,23 +11,37 @@ Modules, one concept each:
 
 - :mod:`.cipher`: the ciphertext token (AES-GCM, key id, associated data);
 - :mod:`.master`: master keys from configuration, fingerprints, wrapping data keys;
-- :mod:`.keyring`: where wrapped data keys live (a SQLite file, or any store URL);
+- :mod:`.keyring`: where wrapped data keys live (a SQLite file, or any store URL), with
+  :mod:`.keyring_base` (the protocol), :mod:`.keyring_sqlite` and :mod:`.keyring_store`;
 - :mod:`.apart`: refusing a keyring that overlaps the data store;
+- :mod:`.ledger`: the keyring's id and generation recorded in the data store;
+- :mod:`.datakeys`: finding, making, checking and destroying data keys (never stranding
+  data), with :mod:`.gate` (erasures and writes of a user serialized in a process);
+- :mod:`.errors`: missing keyring, another or older keyring, missing data key;
 - :mod:`.envelope`: what the store holds for a message, a checkpoint message, a record;
 - :mod:`.cache`: decrypted messages kept in memory for fast re-reads;
-- :mod:`.vault`: the optional placeholder vault (reversible PII placeholders);
+- :mod:`.vault`: the optional placeholder vault (reversible PII placeholders), and
+  :mod:`.records`: the layer's records and ``reveal``;
+- :mod:`.abilities`: the layer's tails, checkpoints, replace and conditional saves;
 - :mod:`.layer`: ``EncryptingChatStorage``.
 
+A keyring is made on request only (``chatlayers keys init``, ``create_keyring=True``).
 Rotation: give a new master key first (``key_env`` holds ``NEW,OLD``), run ``chatlayers
-keys rotate`` (re-wraps every data key under the newest master key; no message is
-rewritten), then drop the old key.
+keys rotate`` (re-wraps every data key under the newest master key in short batches, online
+and resumable; no message is rewritten), then drop the old key.
 """
 
 from __future__ import annotations
 
 from storage.layers.encrypting.envelope import KeyErasedError
+from storage.layers.encrypting.errors import (
+    DataKeyMissingError,
+    KeyringMismatchError,
+    KeyringMissingError,
+)
 from storage.layers.encrypting.keyring import (
     Keyring,
+    KeyringState,
     SQLiteKeyring,
     StoreKeyring,
     WrappedKey,
@@ -46,10 +60,14 @@ from storage.layers.encrypting.vault import PlaceholderVault
 
 __all__ = [
     "DEFAULT_KEY_ENV",
+    "DataKeyMissingError",
     "EncryptingChatStorage",
     "KeyErasedError",
     "KeyStatus",
     "Keyring",
+    "KeyringMismatchError",
+    "KeyringMissingError",
+    "KeyringState",
     "MasterKeys",
     "PlaceholderVault",
     "SQLiteKeyring",

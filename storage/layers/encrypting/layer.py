@@ -6,55 +6,45 @@ See :mod:`storage.layers.encrypting` for the model; this module is the layer its
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-import attrs
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-from storage.abilities import (
-    ConversationRecord,
-    ForwardRetention,
-    ForwardSessions,
-    Head,
-    SummaryCheckpoint,
-    Tail,
-)
-from storage.errors import ConfigError
-from storage.history import prepare_batch, validate_history
+from storage.abilities import ForwardRetention, ForwardSessions
+from storage.errors import ConfigError, InvalidKeyError
+from storage.history import prepare_batch
+from storage.layers.encrypting.abilities import SealedAbilities
 from storage.layers.encrypting.apart import check_apart, check_durable
 from storage.layers.encrypting.cache import PlainCache
+from storage.layers.encrypting.datakeys import DataKeys
 from storage.layers.encrypting.envelope import (
-    CHECKPOINT,
     MESSAGE,
-    RECORD,
     DataKey,
-    KeyErasedError,
     aad_prefix,
     check_sealed,
     open_message,
-    open_record,
     seal_message,
-    seal_record,
     token_key_id,
-    token_of_record,
 )
-from storage.layers.encrypting.keyring import Keyring, WrappedKey, open_keyring
+from storage.layers.encrypting.keyring import Keyring, KeyringState, open_keyring
+from storage.layers.encrypting.ledger import RESERVED_USER
 from storage.layers.encrypting.master import MasterKeys, load_master_keys
-from storage.layers.encrypting.vault import VAULT_KIND, PlaceholderVault, reveal_in
+from storage.layers.encrypting.vault import PlaceholderVault
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import ChatStorage, ChatStorageWrapper
 from storage.stores.base import check_key
-from storage.stores.checks import check_checkpoint, check_record
 
 __all__ = ["EncryptingChatStorage"]
 
 _DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
-_MAX_DATA_KEYS: Final = 4096
+T = TypeVar("T")
 
 
-class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrapper):
+class _Foreign(Exception):
+    """A value sealed with another key than the user's live one (resolved by the caller)."""
+
+
+class EncryptingChatStorage(SealedAbilities, ForwardSessions, ForwardRetention, ChatStorageWrapper):
     """Encrypt every message, checkpoint and record before the inner store sees it.
 
     Envelope encryption with AES-256-GCM (the ``cryptography`` package): each user has one
@@ -77,6 +67,15 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
     (data encrypted), retention purge and key listing are forwarded. Search is not: a store
     cannot search ciphertext, so a stack with this layer has no ``SearchableStorage``.
 
+    The keyring is opened on first use and never created implicitly: a missing one is a
+    ``KeyringMissingError`` (a ``StorageUnavailableError``) naming its location, unless
+    ``create_keyring=True`` (or ``chatlayers keys init``) asks for one. A keyring older than
+    the data (restored from a backup) or another keyring is refused
+    (``KeyringMismatchError``); a value sealed with a key the keyring lacks is a
+    ``DataKeyMissingError``, and only one whose key an erasure destroyed is a
+    ``KeyErasedError``. Writes and erasures of a user never interleave: a write that lands
+    after another process erased its user is undone and refused (``ConflictError``).
+
     Place it directly above the base store, below the scrubber
     (``summarize::scrub::encrypt::sqlite``): the scrubber must read plaintext to find PII,
     and the store must receive only ciphertext.
@@ -97,10 +96,14 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             (default 32 Mi); 0 disables it (every read decrypts).
         vault: keep the original value of each PII placeholder, encrypted under the user's
             data key, for :meth:`reveal` (give :attr:`vault` to ``PIIScrubber(vault=...)``).
+        create_keyring: make the keyring on first use when there is none (default
+            ``False``: a missing keyring is an error); never over a data store that holds
+            data of another keyring.
 
     Raises:
         ConfigError: no or malformed master keys, both ``keys`` and ``key_env``, no keyring,
-            a keyring overlapping the data store, a bad ``cache_chars``.
+            a keyring overlapping the data store or lacking the keyring methods, a bad
+            ``cache_chars`` or ``create_keyring``.
     """
 
     def __init__(
@@ -112,10 +115,13 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         keys: str | Sequence[str] | None = None,
         cache_chars: int = _DEFAULT_CACHE_CHARS,
         vault: bool = False,
+        create_keyring: bool = False,
     ) -> None:
         super().__init__(inner)
         if type(cache_chars) is not int or cache_chars < 0:
             raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
+        if type(create_keyring) is not bool:
+            raise ConfigError(f"encrypt: create_keyring must be a bool, got {create_keyring!r}")
         self.masters: MasterKeys = load_master_keys(keys, key_env)
         if isinstance(keyring, str | os.PathLike):
             check_durable(os.fspath(keyring), inner)
@@ -126,59 +132,10 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             self.keyring = keyring
         check_apart(self.keyring, inner)
         self._below: Any = inner
-        self._data_keys: dict[str, tuple[WrappedKey, DataKey]] = {}
+        self._keys = DataKeys(self.keyring, self.masters, inner, create=create_keyring)
         self._prefixes: dict[tuple[bytes, ChatKey], bytes] = {}
         self._cache = PlainCache(cache_chars)
         self.vault: PlaceholderVault | None = PlaceholderVault() if vault else None
-
-    # --- data keys -----------------------------------------------------------------------
-
-    def _new_entry(self, user_id: str) -> WrappedKey:
-        master = self.masters.newest
-        key_id = os.urandom(8).hex()
-        data_key = AESGCM.generate_key(bit_length=256)
-        return WrappedKey(
-            user_id, key_id, master.fingerprint, master.wrap(user_id, key_id, data_key)
-        )
-
-    def _unwrap(self, entry: WrappedKey) -> DataKey:
-        master = self.masters.find(entry.master)
-        if master is None:
-            raise ConfigError(
-                f"encrypt: the data key of user {entry.user_id!r} is wrapped by master key "
-                f"{entry.master}, which {self.masters.source} does not hold (it holds "
-                f"{', '.join(self.masters.fingerprints())}); keep an old master key after the "
-                "new one until `chatlayers keys rotate` has re-wrapped every data key"
-            )
-        secret = master.unwrap(entry.user_id, entry.key_id, entry.wrapped)
-        return DataKey(entry.user_id, entry.key_id, AESGCM(secret))
-
-    async def _data_key(self, user_id: str, *, create: bool) -> DataKey | None:
-        """The user's live data key (asked of the keyring on every call, so an erasure by
-        another process is seen at once); created on a save when the user has none."""
-        entry = await self.keyring.get(user_id)
-        if entry is None:
-            if not create:
-                self._forget_user_key(user_id)
-                return None
-            entry = await self.keyring.add(self._new_entry(user_id))
-        cached = self._data_keys.get(user_id)
-        if cached is not None and cached[0] == entry:
-            return cached[1]
-        data_key = self._unwrap(entry)
-        if len(self._data_keys) >= _MAX_DATA_KEYS:
-            self._data_keys.clear()
-        self._data_keys[user_id] = (entry, data_key)
-        return data_key
-
-    async def _writer(self, user_id: str) -> DataKey:
-        data_key = await self._data_key(user_id, create=True)
-        assert data_key is not None
-        return data_key
-
-    def _forget_user_key(self, user_id: str) -> None:
-        if self._data_keys.pop(user_id, None) is not None:
-            self._cache.discard(user_id)
 
     def _prefix(self, domain: bytes, key: ChatKey) -> bytes:
         prefix = self._prefixes.get((domain, key))
@@ -223,8 +180,14 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         key: ChatKey,
         stored: Sequence[ChatMessage],
         domain: bytes = MESSAGE,
+        skip: frozenset[str] = frozenset(),
     ) -> list[ChatMessage]:
-        """Decrypt skeletons of ``key`` with the user's live data key (``None``: erased)."""
+        """Decrypt skeletons of ``key`` with the user's live data key (``None``: none);
+        values sealed with a key in ``skip`` are left out.
+
+        Raises:
+            _Foreign: a value is sealed with another key (not in ``skip``).
+        """
         live = data_key.key_id if data_key is not None else None
         entries = self._cache.entries if domain is MESSAGE else None
         out: list[ChatMessage] = []
@@ -244,7 +207,9 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
                 where = self._where(key)
             token = check_sealed(skeleton, where)
             if data_key is None or token_key_id(token) != data_key.key_id:
-                raise _erased(key, skeleton.id, token_key_id(token), where)
+                if token_key_id(token) in skip:
+                    continue
+                raise _Foreign(skeleton.id)
             if prefix is None:
                 prefix = self._prefix(domain, key)
             message = open_message(data_key, prefix, skeleton, token, where)
@@ -253,14 +218,64 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             append(message)
         return out
 
+    async def _open_all(
+        self,
+        data_key: DataKey | None,
+        key: ChatKey,
+        stored: Sequence[ChatMessage],
+        domain: bytes = MESSAGE,
+    ) -> list[ChatMessage]:
+        """:meth:`_open`, resolving values sealed with other keys (skipped, or an error)."""
+        try:
+            return self._open(data_key, key, stored, domain)
+        except _Foreign as foreign:
+            skip = await self._skippable(data_key, key, stored, foreign.args[0])
+            return self._open(data_key, key, stored, domain, skip)
+
+    async def _skippable(
+        self, data_key: DataKey | None, key: ChatKey, stored: Sequence[ChatMessage], first: str
+    ) -> frozenset[str]:
+        where = self._where(key)
+        live = data_key.key_id if data_key is not None else None
+        ids = {token_key_id(check_sealed(m, where)) for m in stored} - {live}
+        return await self._keys.resolve(key, first, ids, data_key, where)
+
+    async def _live(self, user_id: str) -> DataKey | None:
+        """The user's live data key, asked of the keyring on every read (an erasure by
+        another process is seen at once); ``None`` drops what this process cached."""
+        keys = self._keys
+        if keys.state is None:
+            await keys.ready()
+        entry = await self.keyring.get(user_id)
+        if entry is None:
+            if keys.forget(user_id):
+                self._cache.discard(user_id)
+            return None
+        return keys.data_key(entry)
+
+    async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T:
+        """Run ``write`` with the user's data key, serialized with erasures of the user and
+        checked against the keyring once stored."""
+        user_id = key.user_id
+        gate = self._keys.gate
+        if not gate.try_enter(user_id):
+            await gate.enter(user_id)
+        try:
+            entry, data_key = await self._keys.writer(user_id)
+            result = await write(data_key)
+            await self._keys.after_write(key, entry)
+        finally:
+            gate.leave(user_id)
+        return result
+
     async def _read(
         self, key: ChatKey, stored: list[ChatMessage], *, whole: bool = False
     ) -> list[ChatMessage]:
         if not stored:
             return []
-        data_key = await self._data_key(key.user_id, create=False)
+        data_key = await self._live(key.user_id)
         if not whole or data_key is None:
-            return self._open(data_key, key, stored)
+            return await self._open_all(data_key, key, stored)
         view = self._cache.views.get(key)
         if view is not None and view[0] == data_key.key_id:
             old_stored, old_plain = view[1], view[2]
@@ -269,13 +284,13 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             # __eq__): a store with a decode cache returns the very same skeletons.
             if n and len(stored) >= n and stored[0] is old_stored[0] and stored[:n] == old_stored:
                 plain = (
-                    old_plain + self._open(data_key, key, stored[n:])
+                    old_plain + await self._open_all(data_key, key, stored[n:])
                     if len(stored) > n
                     else list(old_plain)
                 )
                 self._cache.remember_view(key, data_key.key_id, stored, plain)
                 return list(plain)
-        plain = self._open(data_key, key, stored)
+        plain = await self._open_all(data_key, key, stored)
         self._cache.remember_view(key, data_key.key_id, stored, plain)
         return list(plain)
 
@@ -293,25 +308,47 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         Raises:
             InvalidMessageError: a message breaks a rule (nothing stored).
             ConfigError: the user's data key is wrapped by a master key not configured.
+            ConflictError: the user was erased by another process while this save ran
+                (nothing kept; saving again starts the user's new history).
+            KeyringMissingError, KeyringMismatchError: no keyring, or not the data's.
+            DataKeyMissingError: the user's data is sealed with a key the keyring lacks
+                (refused, so nothing is saved beside unreadable messages).
             StorageUnavailableError: the keyring or the store cannot be reached.
         """
         check_key(key)
         batch = prepare_batch(messages)
         if not batch:
             return []
-        data_key = await self._writer(key.user_id)
-        await self._flush_vault(key, data_key)
-        stored: list[ChatMessage] = await self.inner.save_messages(
-            key, self._seal(data_key, key, batch)
-        )
+        user_id = key.user_id
+        gate = self._keys.gate
+        if not gate.try_enter(user_id):
+            await gate.enter(user_id)
+        try:
+            entry, data_key = await self._keys.writer(user_id)
+            if self.vault is not None:
+                await self._flush_vault(key, data_key)
+            stored: list[ChatMessage] = await self.inner.save_messages(
+                key, self._seal(data_key, key, batch)
+            )
+            await self._keys.after_write(key, entry)
+        finally:
+            gate.leave(user_id)
         return self._as_stored(data_key, key, batch, stored)
 
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
         """The conversation decrypted (the inner store cuts the window: roles are clear).
 
+        Messages sealed with a data key an erasure destroyed (left by a crash or a race
+        with the erasure) are skipped once the user has a new key: a returning user's
+        conversation reads.
+
         Raises:
-            KeyErasedError: a message was sealed with a data key the keyring no longer holds
-                (its user was erased; a restored copy), or copied from another user.
+            KeyErasedError: a message was sealed with a data key an erasure destroyed and
+                the user has no new key (a restored copy of an erased user's data).
+            DataKeyMissingError: a message was sealed with a data key the keyring lacks and
+                no erasure record names (an older or another keyring; or a row copied from
+                another user).
+            KeyringMissingError, KeyringMismatchError: no keyring, or not the data's.
             CorruptRecordError: a message does not authenticate (altered, or copied from
                 another conversation or message id) or is not encrypted.
             ConfigError: the data key is wrapped by a master key that is not configured.
@@ -323,19 +360,27 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
         """Every agent's messages of the session, decrypted, in the inner store's order.
 
         Raises:
-            KeyErasedError, CorruptRecordError, ConfigError: as :meth:`fetch`.
+            KeyErasedError, DataKeyMissingError, CorruptRecordError, ConfigError: as
+                :meth:`fetch`.
         """
         rows = await self.inner.fetch_all_chats(user_id, session_id)
         if not rows:
             return []
-        data_key = await self._data_key(user_id, create=False)
+        data_key = await self._live(user_id)
         keys: dict[str, ChatKey] = {}
         out: list[AgentMessage] = []
+        skip: frozenset[str] = frozenset()
         for row in rows:
             key = keys.get(row.agent_id)
             if key is None:
                 key = keys[row.agent_id] = ChatKey(user_id, session_id, row.agent_id)
-            out.append(AgentMessage(row.agent_id, self._open(data_key, key, [row.message])[0]))
+            try:
+                opened = self._open(data_key, key, [row.message], MESSAGE, skip)
+            except _Foreign:
+                skip |= await self._skippable(data_key, key, [row.message], row.message.id)
+                opened = []
+            if opened:
+                out.append(AgentMessage(row.agent_id, opened[0]))
         return out
 
     async def delete(self, key: ChatKey) -> None:
@@ -345,178 +390,49 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             self.vault.drop(key)
 
     async def delete_user(self, user_id: str) -> None:
-        """Erase the user: destroy the data key first (from then on no copy of the user's
-        ciphertext can be read anywhere), then the user's data in the inner store.
+        """Erase the user: destroy the data key first, leaving an erasure record (from then
+        on no copy of the user's ciphertext can be read anywhere), then the user's data in
+        the inner store. Waits for this instance's writes of the user in flight; a write of
+        another process that lands after it is undone by that process.
 
         Raises:
-            InvalidKeyError: ``user_id`` is not a valid key part.
+            InvalidKeyError: ``user_id`` is not a valid key part (or the reserved one).
+            KeyringMissingError, KeyringMismatchError: no keyring, or not the data's
+                (nothing erased).
             StorageUnavailableError: the keyring or the store cannot be reached. Retry:
                 both steps are idempotent, so a retry after the key was destroyed but the
                 data not yet deleted finishes the erasure (meanwhile the user's messages
                 raise ``KeyErasedError``).
         """
         check_key_part("user_id", user_id)
-        await self.keyring.destroy(user_id)
-        self._data_keys.pop(user_id, None)
-        self._cache.discard(user_id)
-        if self.vault is not None:
-            self.vault.drop_user(user_id)
+        if user_id == RESERVED_USER:
+            raise InvalidKeyError("encrypt: this user id is reserved for the keyring's records")
+        gate = self._keys.gate
+        await gate.begin_erasure(user_id)  # writes of this user in flight finish first
         try:
-            await self.inner.delete_user(user_id)
-        except Exception as exc:
-            exc.add_note(
-                f"encrypt: the data key of user {user_id!r} is already destroyed (the data "
-                f"is unreadable); call delete_user({user_id!r}) again to finish deleting it"
-            )
-            raise
+            await self._keys.destroy(user_id)
+            self._cache.discard(user_id)
+            if self.vault is not None:
+                self.vault.drop_user(user_id)
+            try:
+                await self.inner.delete_user(user_id)
+            except Exception as exc:
+                exc.add_note(
+                    f"encrypt: the data key of user {user_id!r} is already destroyed (the "
+                    f"data is unreadable); call delete_user({user_id!r}) again to finish "
+                    "deleting it"
+                )
+                raise
+        finally:
+            gate.end_erasure(user_id)
 
     async def aclose(self) -> None:
         self._cache.clear()
-        self._data_keys.clear()
+        self._keys.clear()
         try:
             await self.inner.aclose()
         finally:
             await self.keyring.aclose()
-
-    # --- SequencedStorage and CheckpointStorage ------------------------------------------
-
-    async def head(self, key: ChatKey) -> Head:
-        result: Head = await self._below.head(key)
-        return result
-
-    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
-        """The inner tail with its messages decrypted (sequence numbers and head as they are).
-
-        Raises:
-            InvalidArgumentError: ``after`` is not an int >= 0.
-            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
-        """
-        tail: Tail = await self._below.fetch_since(key, after)
-        if not tail.messages:
-            return tail
-        messages = await self._read(key, list(tail.messages))
-        return Tail(tail.head, tail.seqs, tuple(messages))
-
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
-        """The inner checkpoint with its summary messages decrypted, or ``None``.
-
-        Raises:
-            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
-        """
-        checkpoint: SummaryCheckpoint | None = await self._below.load_checkpoint(key)
-        if checkpoint is None:
-            return None
-        data_key = await self._data_key(key.user_id, create=False)
-        messages = self._open(data_key, key, checkpoint.messages, CHECKPOINT)
-        return attrs.evolve(checkpoint, messages=tuple(messages))
-
-    async def save_checkpoint(
-        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
-    ) -> SummaryCheckpoint | None:
-        """Encrypt each summary message (the summary marker stays clear), then
-        compare-and-set the inner checkpoint.
-
-        Raises:
-            InvalidArgumentError: a malformed checkpoint (as the inner store).
-            InvalidMessageError: a checkpoint message is invalid or not marked as a summary.
-        """
-        check_key(key)
-        checked = check_checkpoint(checkpoint)
-        data_key = await self._writer(key.user_id)
-        prefix = self._prefix(CHECKPOINT, key)
-        sealed = tuple(seal_message(data_key, prefix, m) for m in checked.messages)
-        stored: SummaryCheckpoint | None = await self._below.save_checkpoint(
-            key, attrs.evolve(checked, messages=sealed), expected_version=expected_version
-        )
-        if stored is None:
-            return None
-        messages = self._open(data_key, key, stored.messages, CHECKPOINT)
-        return attrs.evolve(stored, messages=tuple(messages))
-
-    async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
-        result: bool = await self._below.acquire_lease(key, owner, ttl)
-        return result
-
-    async def release_lease(self, key: ChatKey, owner: str) -> None:
-        await self._below.release_lease(key, owner)
-
-    # --- ReplaceableStorage --------------------------------------------------------------
-
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        """Validate and encrypt ``messages``, then replace the inner record atomically.
-
-        Raises:
-            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
-        """
-        check_key(key)
-        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
-        data_key = await self._writer(key.user_id)
-        await self._flush_vault(key, data_key)
-        stored: list[ChatMessage] = await self._below.replace(key, self._seal(data_key, key, batch))
-        self._cache.views.pop(key, None)
-        return self._as_stored(data_key, key, batch, stored)
-
-    async def save_messages_if(
-        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
-    ) -> list[ChatMessage]:
-        """Encrypt ``messages``, then save them if the key's version holds.
-
-        Raises:
-            ConflictError: the key's version is not ``expected_version`` (nothing stored).
-        """
-        check_key(key)
-        batch = prepare_batch(messages)
-        data_key = await self._writer(key.user_id)
-        await self._flush_vault(key, data_key)
-        stored: list[ChatMessage] = await self._below.save_messages_if(
-            key, self._seal(data_key, key, batch), expected_version=expected_version
-        )
-        return self._as_stored(data_key, key, batch, stored)
-
-    # --- RecordStorage -------------------------------------------------------------------
-
-    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
-        """Encrypt the record's data (``kind``, ``id`` and times stay clear) and store it.
-
-        Raises:
-            InvalidArgumentError: empty ``kind`` or data that is not JSON-like.
-        """
-        check_key(key)
-        check_record(record)
-        data_key = await self._writer(key.user_id)
-        return await self._save_record(data_key, key, record)
-
-    async def _save_record(
-        self, data_key: DataKey, key: ChatKey, record: ConversationRecord
-    ) -> ConversationRecord:
-        prefix = self._prefix(RECORD, key)
-        stored: ConversationRecord = await self._below.save_record(
-            key, seal_record(data_key, prefix, record)
-        )
-        return self._open_record(data_key, key, stored)
-
-    def _open_record(
-        self, data_key: DataKey | None, key: ChatKey, stored: ConversationRecord
-    ) -> ConversationRecord:
-        where = self._where(key)
-        token = token_of_record(stored, where)
-        if data_key is None or token_key_id(token) != data_key.key_id:
-            raise _erased(key, stored.id, token_key_id(token), where)
-        return open_record(data_key, self._prefix(RECORD, key), stored, token, where)
-
-    async def fetch_records(
-        self, key: ChatKey, *, kind: str | None = None
-    ) -> list[ConversationRecord]:
-        """The key's records, decrypted (the placeholder vault's own records are never
-        among them)."""
-        if kind == VAULT_KIND:
-            return []
-        stored: list[ConversationRecord] = await self._below.fetch_records(key, kind=kind)
-        stored = [r for r in stored if r.kind != VAULT_KIND]
-        if not stored:
-            return []
-        data_key = await self._data_key(key.user_id, create=False)
-        return [self._open_record(data_key, key, record) for record in stored]
 
     # --- RetentionStorage ----------------------------------------------------------------
 
@@ -528,46 +444,40 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             self._cache.clear()
         return deleted
 
-    # --- the placeholder vault -----------------------------------------------------------
+    # --- the keyring -----------------------------------------------------------------------
 
-    async def _flush_vault(self, key: ChatKey, data_key: DataKey) -> None:
-        vault = self.vault
-        if vault is None:
-            return
-        for record in vault.pending_records(key):
-            await self._save_record(data_key, key, record)
-            vault.done(key, record)
-
-    async def reveal(self, key: ChatKey, value: Any) -> Any:
-        """``value`` (a text or a ``ChatMessage`` of ``key``) with each PII placeholder
-        replaced by the original value the vault keeps, for display to an authorised
-        reader. Never called on a save or fetch path: what a model sees keeps placeholders.
-        A placeholder the vault does not know (another conversation's, or its user was
-        erased) stays as it is.
+    async def keyring_state(self) -> KeyringState:
+        """The keyring's id and generation, once checked against the data store.
 
         Raises:
-            ConfigError: the layer has no vault (``vault=True``).
+            KeyringMissingError: no keyring (and ``create_keyring`` is off).
+            KeyringMismatchError: an older copy, or another keyring than the data's.
         """
-        if self.vault is None:
-            raise ConfigError("encrypt: reveal needs the placeholder vault (vault=True)")
-        check_key(key)
-        await self._flush_vault_if_live(key)
-        stored: list[ConversationRecord] = await self._below.fetch_records(key, kind=VAULT_KIND)
-        originals: dict[str, str] = {}
-        if stored:
-            data_key = await self._data_key(key.user_id, create=False)
-            if data_key is not None:
-                for record in stored:
-                    if token_key_id(token_of_record(record, self._where(key))) != data_key.key_id:
-                        continue  # sealed before an erasure: shredded
-                    data = self._open_record(data_key, key, record).data
-                    originals[str(data["placeholder"])] = str(data["value"])
-        return reveal_in(value, originals)
+        return await self._keys.ready()
 
-    async def _flush_vault_if_live(self, key: ChatKey) -> None:
-        assert self.vault is not None
-        if self.vault.has_pending(key):
-            await self._flush_vault(key, await self._writer(key.user_id))
+    async def init_keyring(self) -> tuple[bool, KeyringState]:
+        """Make the keyring unless it exists (``chatlayers keys init``); ``(made, state)``.
+
+        Raises:
+            KeyringMissingError: the data store holds data of another keyring, missing
+                here: no new keyring is made over it.
+            KeyringMismatchError: the keyring exists but is not the data's.
+        """
+        return await self._keys.create()
+
+    async def accept_keyring(self) -> tuple[KeyringState, KeyringState]:
+        """Accept the keyring present as the data store's after the right one was lost for
+        good (``chatlayers keys accept``): its generation moves past every one the store
+        recorded, and its id is recorded. What was sealed with data keys it lacks stays
+        unreadable (``DataKeyMissingError``); users erased after its backup are back in it
+        and must be erased again. ``(before, after)``.
+
+        Raises:
+            KeyringMissingError: no keyring there.
+        """
+        before_after = await self._keys.accept()
+        self._cache.clear()
+        return before_after
 
     def describe(self) -> str:
         """The layer in one line: keyring location, master key count and the newest key's
@@ -578,12 +488,3 @@ class EncryptingChatStorage(ForwardSessions, ForwardRetention, ChatStorageWrappe
             f"master keys={len(self.masters.keys)} from {self.masters.source}, "
             f"newest={self.masters.newest.fingerprint}{vault})"
         )
-
-
-def _erased(key: ChatKey, item_id: str, key_id: str, where: str) -> KeyErasedError:
-    return KeyErasedError(
-        f"{where}: {item_id!r} was sealed with data key {key_id}, which is not the current "
-        f"data key of user {key.user_id!r}: the user was erased (the key destroyed, so "
-        "this copy can never be read; if a delete_user of this user failed part-way, call "
-        "it again to finish the erasure), or the row was copied from another user"
-    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
@@ -31,6 +31,8 @@ _MAX_PENDING: Final = 100_000
 # The shape of a placeholder (storage.pii.placeholders.PLACEHOLDER_RE), without importing the
 # scrubber: an upper-case entity name and 8 hex digits in angle brackets.
 _PLACEHOLDER: Final = re.compile(r"<[A-Z][A-Z0-9_]*_[0-9a-f]{8}>")
+# A JSON string literal (outside one, no ``"`` occurs in a JSON document).
+_STRING_LITERAL: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"')
 
 
 class PlaceholderVault:
@@ -104,34 +106,79 @@ def _reveal_text(text: str, originals: Mapping[str, str], *, json_string: bool =
     return _PLACEHOLDER.sub(original, text)
 
 
-def _reveal_parts(
-    parts: tuple[Mapping[str, Any], ...], originals: Mapping[str, str]
-) -> Iterator[Any]:
-    for part in parts:
-        text = part.get("text")
-        if isinstance(text, str):
-            yield {**part, "text": _reveal_text(text, originals)}
-        else:
-            yield part
+def _reveal_json(text: str, originals: Mapping[str, str]) -> str | None:
+    """``text`` revealed as a JSON document (each string literal decoded, revealed and
+    encoded again, the rest of the text kept byte for byte), or ``None`` when ``text`` is
+    not a JSON object or array."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    pieces: list[str] = []
+    last = 0
+    for match in _STRING_LITERAL.finditer(text):
+        literal = match[0]
+        value = json.loads(literal) if "\\" in literal else literal[1:-1]
+        revealed = _reveal_text(value, originals)
+        if revealed == value:
+            continue
+        pieces += (text[last : match.start()], json.dumps(revealed, ensure_ascii=literal.isascii()))
+        last = match.end()
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _reveal_payload(text: str, originals: Mapping[str, str], *, arguments: bool = False) -> str:
+    """A content text or a tool call's arguments: a JSON document stays valid JSON (the
+    originals JSON-escaped); other text gets the originals as they are, except arguments
+    (JSON by contract, even when cut short), where they are escaped in place."""
+    if "<" not in text:
+        return text
+    revealed = _reveal_json(text, originals)
+    if revealed is not None:
+        return revealed
+    return _reveal_text(text, originals, json_string=arguments)
+
+
+def _reveal_value(value: Any, originals: Mapping[str, str]) -> Any:
+    """Every string inside a JSON-like value (a content part, a ``json`` block)."""
+    if isinstance(value, str):
+        return _reveal_payload(value, originals)
+    if isinstance(value, Mapping):
+        return {k: _reveal_value(v, originals) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_reveal_value(v, originals) for v in value]
+    return value
 
 
 def reveal_in(value: Any, originals: Mapping[str, str]) -> Any:
     """``value`` (a str or a ``ChatMessage``) with known placeholders replaced: a message's
-    content text, the ``text`` of its parts and its tool-call arguments (JSON-escaped, so
-    the arguments stay valid JSON)."""
+    content text, every string of its parts (text, ``json`` blocks, ...), its tool-call
+    arguments and legacy ``function_call`` arguments. A text that is a JSON document (a
+    JSON tool result, arguments) stays valid JSON: each original is JSON-escaped and parses
+    back to itself."""
     if isinstance(value, str):
-        return _reveal_text(value, originals)
+        return _reveal_payload(value, originals)
     if not isinstance(value, ChatMessage):
         raise TypeError(f"reveal takes a str or a ChatMessage, got {type(value).__name__}")
     if not originals:
         return value
     content = value.content
     if isinstance(content, str):
-        content = _reveal_text(content, originals)
+        content = _reveal_payload(content, originals)
     elif isinstance(content, tuple):
-        content = tuple(_reveal_parts(content, originals))
+        content = tuple(_reveal_value(part, originals) for part in content)
     calls = tuple(
-        attrs.evolve(call, arguments=_reveal_text(call.arguments, originals, json_string=True))
+        attrs.evolve(call, arguments=_reveal_payload(call.arguments, originals, arguments=True))
         for call in value.tool_calls
     )
-    return attrs.evolve(value, content=content, tool_calls=calls)
+    extra = value.extra
+    legacy = extra.get("function_call")
+    if isinstance(legacy, Mapping) and isinstance(legacy.get("arguments"), str):
+        arguments = _reveal_payload(legacy["arguments"], originals, arguments=True)
+        extra = {**extra, "function_call": {**legacy, "arguments": arguments}}
+    return attrs.evolve(value, content=content, tool_calls=calls, extra=extra)

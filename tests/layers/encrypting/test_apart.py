@@ -33,7 +33,7 @@ def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def stack_url(keyring: str, data: str) -> str:
-    return f"encrypt?key_env=MK&keyring={keyring}::{data}"
+    return f"encrypt?create_keyring=true&key_env=MK&keyring={keyring}::{data}"
 
 
 def test_the_reported_jsonl_keyring_inside_the_jsonl_data_dir_is_refused(
@@ -101,7 +101,10 @@ def test_a_jsonl_data_store_inside_a_keyring_object_directory_is_refused(
     ring = StoreKeyring(JsonlChatStorage(tmp_path / "ring"), "jsonl://ring")
     with pytest.raises(ConfigError, match="holds the data store"):
         EncryptingChatStorage(
-            JsonlChatStorage(tmp_path / "ring" / "data"), keys=MASTER, keyring=ring
+            JsonlChatStorage(tmp_path / "ring" / "data"),
+            keys=MASTER,
+            keyring=ring,
+            create_keyring=True,
         )
 
 
@@ -139,12 +142,16 @@ async def test_a_postgres_keyring_in_the_data_stores_table_is_refused(postgres_d
 
     default = f"{data}&table=chatlayers_messages"
     with pytest.raises(ConfigError, match="is the data store itself"):
-        EncryptingChatStorage(PostgresChatStorage(data), keys=MASTER, keyring=default)
+        EncryptingChatStorage(
+            PostgresChatStorage(data), keys=MASTER, keyring=default, create_keyring=True
+        )
     moved = postgres_dsn.replace("127.0.0.1", "localhost") + f"{sep}schema={schema}"
     with pytest.raises(ConfigError, match="is the data store itself"):
-        EncryptingChatStorage(PostgresChatStorage(data), keys=MASTER, keyring=moved)
+        EncryptingChatStorage(
+            PostgresChatStorage(data), keys=MASTER, keyring=moved, create_keyring=True
+        )
     layer = EncryptingChatStorage(
-        PostgresChatStorage(data), keys=MASTER, keyring=f"{data}&table=keyring"
+        PostgresChatStorage(data), keys=MASTER, keyring=f"{data}&table=keyring", create_keyring=True
     )
     await layer.aclose()
 
@@ -165,7 +172,7 @@ async def test_a_delete_user_that_fails_after_the_key_is_destroyed_is_finished_b
     tmp_path: Path,
 ) -> None:
     base = FlakyDelete()
-    layer = EncryptingChatStorage(base, keys=MASTER, keyring=tmp_path / "k.db")
+    layer = EncryptingChatStorage(base, keys=MASTER, keyring=tmp_path / "k.db", create_keyring=True)
     key = ChatKey("ada", "s", "a")
     kept = ChatKey("bob", "s", "a")
     await layer.save(key, ChatMessage("user", "secret"))
@@ -177,7 +184,7 @@ async def test_a_delete_user_that_fails_after_the_key_is_destroyed_is_finished_b
     # Half-way: the key is gone, the ciphertext still there; the error says what to do.
     with pytest.raises(KeyErasedError, match="call it again to finish"):
         await layer.fetch(key)
-    other = EncryptingChatStorage(base, keys=MASTER, keyring=tmp_path / "k.db")
+    other = EncryptingChatStorage(base, keys=MASTER, keyring=tmp_path / "k.db", create_keyring=True)
     await other.delete_user("ada")  # the retry (here from another instance) finishes it
     await layer.delete_user("ada")  # and a further one is a no-op
     assert await layer.fetch(key) == []

@@ -4,8 +4,8 @@ The store under test is the encrypting layer over a fresh base store, with its k
 SQLite file of its own; the kit then runs every rule over it and over ``scrub::encrypt::``
 and ``summarize::scrub::encrypt::`` (its layerings wrap the harness's store), every ability
 ``find_ability`` finds (search is absent by design and its tests skip), and the multi-process
-scenarios through the URL ``encrypt?keyring=...::<store URL>`` (the master key reaches the
-child processes through ``CHATLAYERS_MASTER_KEYS``).
+scenarios through the URL ``encrypt?create_keyring=true&keyring=...::<store URL>`` (the master
+key reaches the child processes through ``CHATLAYERS_MASTER_KEYS``).
 """
 
 from __future__ import annotations
@@ -29,11 +29,15 @@ def encrypted_harness(base: StoreHarness, keyring: Path) -> StoreHarness:
     def open_encrypted(**options: Any) -> Any:
         async def wrap() -> EncryptingChatStorage:
             inner = await open_store(base.open, **options)
-            return EncryptingChatStorage(inner, keys=MASTER, keyring=keyring)
+            return EncryptingChatStorage(inner, keys=MASTER, keyring=keyring, create_keyring=True)
 
         return wrap()
 
-    url = f"encrypt?keyring={keyring}::{base.url}" if base.url is not None else None
+    url = (
+        f"encrypt?create_keyring=true&keyring={keyring}::{base.url}"
+        if base.url is not None
+        else None
+    )
     return StoreHarness(
         open=open_encrypted,
         url=url,

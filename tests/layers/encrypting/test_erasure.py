@@ -54,7 +54,7 @@ def assert_no_plaintext(root: Path) -> None:
 async def check_copy(copy: Any, keyring: Path, saved: dict[ChatKey, list[ChatMessage]]) -> None:
     """A stack over the copy with the live keyring reads every kept user's messages and none
     of the erased user's."""
-    layer = EncryptingChatStorage(copy, keys=MASTER, keyring=keyring)
+    layer = EncryptingChatStorage(copy, keys=MASTER, keyring=keyring, create_keyring=True)
     try:
         keys = await layer.list_keys()
         assert {k.user_id for k in keys} == set(USERS)  # the copy still holds the ciphertext
@@ -75,7 +75,7 @@ async def test_a_sqlite_backup_taken_before_delete_user_loses_only_the_erased_us
 ) -> None:
     data, backup, keyring = tmp_path / "data", tmp_path / "backup", tmp_path / "ring" / "k.db"
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(data / "chats.db"), keys=MASTER, keyring=keyring
+        SQLiteChatStorage(data / "chats.db"), keys=MASTER, keyring=keyring, create_keyring=True
     )
     saved = await fill(layer)
     backup.mkdir()
@@ -98,7 +98,9 @@ async def test_a_jsonl_copy_taken_before_delete_user_loses_only_the_erased_user(
     tmp_path: Path,
 ) -> None:
     data, copy, keyring = tmp_path / "data", tmp_path / "copy", tmp_path / "ring" / "k.db"
-    layer = EncryptingChatStorage(JsonlChatStorage(data), keys=MASTER, keyring=keyring)
+    layer = EncryptingChatStorage(
+        JsonlChatStorage(data), keys=MASTER, keyring=keyring, create_keyring=True
+    )
     saved = await fill(layer)
     shutil.copytree(data, copy)
     await layer.delete_user("erased-user")
@@ -111,10 +113,10 @@ async def test_a_jsonl_copy_taken_before_delete_user_loses_only_the_erased_user(
 async def test_an_erasure_by_another_instance_is_seen_at_once(tmp_path: Path) -> None:
     keyring = tmp_path / "k.db"
     first = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring, create_keyring=True
     )
     second = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=keyring, create_keyring=True
     )
     key = ChatKey("erased-user", "s", "a")
     await first.save(key, ChatMessage("user", "before"))
@@ -133,11 +135,13 @@ async def test_an_erasure_by_another_instance_is_seen_at_once(tmp_path: Path) ->
 
 async def test_delete_user_from_another_process_shreds_the_copy(tmp_path: Path) -> None:
     data, backup, keyring = tmp_path / "data", tmp_path / "backup", tmp_path / "k.db"
-    layer = EncryptingChatStorage(SQLiteChatStorage(data / "c.db"), keys=MASTER, keyring=keyring)
+    layer = EncryptingChatStorage(
+        SQLiteChatStorage(data / "c.db"), keys=MASTER, keyring=keyring, create_keyring=True
+    )
     saved = await fill(layer)
     await layer.aclose()
     shutil.copytree(data, backup)
-    url = f"encrypt?keyring={keyring}::sqlite:///{data / 'c.db'}"
+    url = f"encrypt?create_keyring=true&keyring={keyring}::sqlite:///{data / 'c.db'}"
     env = {**os.environ, "CHATLAYERS_MASTER_KEYS": MASTER}
     done = await anyio.run_process(
         [
@@ -160,7 +164,10 @@ async def test_delete_user_from_another_process_shreds_the_copy(tmp_path: Path) 
 
 async def test_delete_user_is_idempotent_and_the_user_can_come_back(tmp_path: Path) -> None:
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=tmp_path / "k.db"
+        SQLiteChatStorage(tmp_path / "c.db"),
+        keys=MASTER,
+        keyring=tmp_path / "k.db",
+        create_keyring=True,
     )
     key = ChatKey("erased-user", "s", "a")
     await layer.save(key, ChatMessage("user", "one"))

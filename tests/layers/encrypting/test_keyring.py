@@ -1,6 +1,8 @@
 """Keyrings (issue 14 items 1-2): the SQLite file keyring and a keyring in any store URL
-(memory, a real Redis server): first writer wins, compare-and-set re-wrapping that can never
-undo an erasure, and concurrent first saves of one new user agreeing on one data key."""
+(memory, JSONL, a real Redis server): never created by a read or a write, first writer wins,
+compare-and-set re-wrapping that can never undo an erasure, a generation raised by every new
+key and erasure, erasure records naming key ids only, and concurrent first saves of one new
+user agreeing on one data key."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from storage.layers.encrypting import (
     EncryptingChatStorage,
     KeyErasedError,
     Keyring,
+    KeyringMissingError,
     SQLiteKeyring,
     StoreKeyring,
     WrappedKey,
@@ -34,10 +37,18 @@ def entry(user: str, key_id: str, master: str = "m1") -> WrappedKey:
     return WrappedKey(user, key_id, master, bytes.fromhex(key_id) * 3)
 
 
-async def check_keyring(ring: Keyring) -> None:
+async def check_keyring(ring: Keyring, *, ephemeral: bool = False) -> None:
+    if not ephemeral:  # nothing makes a keyring but create()
+        for attempt in (ring.state(), ring.get("u"), ring.add(entry("u", "aa" * 8))):
+            with pytest.raises(KeyringMissingError, match="keys init"):
+                await attempt
+    made = await ring.create()
+    assert await ring.create() == made  # an existing keyring is kept
     assert await ring.get("u") is None
     first = await ring.add(entry("u", "aa" * 8))
+    assert (await ring.state()).generation == made.generation + 1
     assert await ring.add(entry("u", "bb" * 8)) == first  # the first writer wins
+    assert (await ring.state()).generation == made.generation + 1
     assert (await ring.get("u")) == first
     moved = entry("u", "aa" * 8, "m2")
     assert not await ring.rewrap(moved, expected=entry("u", "cc" * 8))
@@ -45,7 +56,14 @@ async def check_keyring(ring: Keyring) -> None:
     assert await ring.get("u") == moved
     await ring.add(entry("v", "dd" * 8))
     assert [e.user_id for e in await ring.entries()] == ["u", "v"]
-    await ring.destroy("u")
+    assert not await ring.erased("aa" * 8)
+    assert await ring.destroy("u") == "aa" * 8
+    assert await ring.destroy("u") is None
+    assert await ring.erased("aa" * 8)
+    assert not await ring.erased("dd" * 8)
+    assert (await ring.state()).generation == made.generation + 3
+    assert (await ring.advance(2)).generation == made.generation + 3  # never lowered
+    assert (await ring.advance(100)) == type(made)(made.keyring_id, 100)
     assert await ring.get("u") is None
     # A rotation that read the entry before the erasure cannot bring it back.
     assert not await ring.rewrap(entry("u", "aa" * 8, "m3"), expected=moved)
@@ -67,6 +85,12 @@ async def test_sqlite_keyring(tmp_path: Path) -> None:
 async def test_memory_store_keyring() -> None:
     ring = open_keyring("memory://")
     assert isinstance(ring, StoreKeyring)
+    await check_keyring(ring, ephemeral=True)  # made with the process: nothing earlier exists
+
+
+async def test_jsonl_store_keyring(tmp_path: Path) -> None:
+    ring = open_keyring(f"jsonl://{tmp_path / 'keys'}")
+    assert isinstance(ring, StoreKeyring)
     await check_keyring(ring)
 
 
@@ -77,15 +101,16 @@ async def test_redis_store_keyring_under_a_sqlite_data_store(
 ) -> None:
     prefix = f"ring{uuid.uuid4().hex[:8]}"
     await check_keyring(open_keyring(f"{redis_url}?prefix={prefix}-a"))
+    await open_keyring(f"{redis_url}?prefix={prefix}").create()
     location = f"{redis_url}?prefix={prefix}"
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location, create_keyring=True
     )
     key = ChatKey("ada", "s", "a")
     await layer.save(key, ChatMessage("user", "hello"))
     rows = await layer.inner.fetch(key)
     other = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location
+        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=location, create_keyring=True
     )
     assert [m.text for m in await other.fetch(key)] == ["hello"]
     await other.delete_user("ada")
@@ -104,7 +129,10 @@ async def test_concurrent_first_saves_of_a_new_user_agree_on_one_key(
     ring: Keyring | Path = (
         tmp_path / "k.db" if ring_kind == "sqlite" else StoreKeyring(InMemoryChatStorage(), "m")
     )
-    layers = [EncryptingChatStorage(base, keys=MASTER, keyring=ring) for _ in range(4)]
+    layers = [
+        EncryptingChatStorage(base, keys=MASTER, keyring=ring, create_keyring=True)
+        for _ in range(4)
+    ]
     async with anyio.create_task_group() as tg:
         for n, layer in enumerate(layers):
             tg.start_soon(
@@ -136,7 +164,8 @@ async def test_processes_creating_the_keyring_and_a_users_key_at_once_agree(
     import os
     import sys
 
-    url = f"encrypt?keyring={tmp_path / 'ring' / 'k.db'}::sqlite:///{tmp_path / 'c.db'}"
+    ring, data = tmp_path / "ring" / "k.db", tmp_path / "c.db"
+    url = f"encrypt?create_keyring=true&keyring={ring}::sqlite:///{data}"
     env = {**os.environ, "CHATLAYERS_MASTER_KEYS": MASTER}
     results: list[int] = []
 
@@ -152,7 +181,10 @@ async def test_processes_creating_the_keyring_and_a_users_key_at_once_agree(
             tg.start_soon(child, f"agent{n}")
     assert results == [0, 0, 0, 0]
     layer = EncryptingChatStorage(
-        SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=tmp_path / "ring" / "k.db"
+        SQLiteChatStorage(tmp_path / "c.db"),
+        keys=MASTER,
+        keyring=tmp_path / "ring" / "k.db",
+        create_keyring=True,
     )
     merged = await layer.fetch_all_chats("new-user", "s")
     assert sorted(m.message.text for m in merged) == sorted(

@@ -108,7 +108,11 @@ def secrets_of(tag: str) -> list[bytes]:
 
 def encrypted(inner: Any, tmp_path: Path, **options: Any) -> EncryptingChatStorage:
     return EncryptingChatStorage(
-        inner, keys=options.pop("keys", MASTER), keyring=tmp_path / "keys.db", **options
+        inner,
+        keys=options.pop("keys", MASTER),
+        keyring=tmp_path / "keys.db",
+        **options,
+        create_keyring=True,
     )
 
 
@@ -280,7 +284,8 @@ async def test_abilities_are_forwarded_except_search(tmp_path: Path) -> None:
         "fetch_records",
         "purge",
     ):
-        assert name in vars(EncryptingChatStorage), name
+        own = getattr(EncryptingChatStorage, name)
+        assert own.__module__.startswith("storage.layers.encrypting."), name
     await layer.aclose()
 
 
@@ -331,7 +336,8 @@ async def test_summarize_scrub_encrypt_sqlite_keeps_shared_summaries(
     monkeypatch.setenv("CHATLAYERS_MASTER_KEYS", MASTER)
     url = (
         "summarize?trigger_at=2&keep_last=1::scrub?secret=s3cret-pii::"
-        f"encrypt?keyring={tmp_path / 'keys.db'}::sqlite:///{tmp_path / 'chats.db'}"
+        f"encrypt?create_keyring=true&keyring={tmp_path / 'keys.db'}::"
+        f"sqlite:///{tmp_path / 'chats.db'}"
     )
     first = open_storage(url)
     layer = first.find(SummarizingChatStorage)
@@ -372,7 +378,10 @@ async def test_summarize_scrub_encrypt_sqlite_keeps_shared_summaries(
 
 async def test_url_options_and_key_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEYS", f"{MASTER},{new_master_key()}")
-    url = f"encrypt?key_env=MY_KEYS&keyring={tmp_path / 'k.db'}::sqlite:///{tmp_path / 'c.db'}"
+    url = (
+        f"encrypt?create_keyring=true&key_env=MY_KEYS&keyring={tmp_path / 'k.db'}::"
+        f"sqlite:///{tmp_path / 'c.db'}"
+    )
     async with open_storage(url) as stack:
         await stack.save(KEY, ChatMessage("user", "hi"))
         assert [m.text for m in await stack.fetch(KEY)] == ["hi"]
@@ -397,24 +406,37 @@ def test_a_keyring_inside_the_data_store_is_refused(
     monkeypatch.setenv("TEST_KEYS", MASTER)
     db = tmp_path / "chats.db"
     with pytest.raises(ConfigError, match="own file"):
-        EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring=db)
+        EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring=db, create_keyring=True)
     with pytest.raises(ConfigError, match="own file"):
-        open_storage(f"encrypt?key_env=TEST_KEYS&keyring=sqlite:///{db}::sqlite:///{db}")
+        open_storage(
+            f"encrypt?create_keyring=true&key_env=TEST_KEYS&keyring=sqlite:///{db}::sqlite:///{db}"
+        )
     with pytest.raises(ConfigError, match="inside the data store"):
         EncryptingChatStorage(
-            JsonlChatStorage(tmp_path / "j"), keys=MASTER, keyring=tmp_path / "j" / "k.db"
+            JsonlChatStorage(tmp_path / "j"),
+            keys=MASTER,
+            keyring=tmp_path / "j" / "k.db",
+            create_keyring=True,
         )
     store = InMemoryChatStorage()
     from storage.layers.encrypting import StoreKeyring
 
     with pytest.raises(ConfigError, match="the data store itself"):
-        EncryptingChatStorage(store, keys=MASTER, keyring=StoreKeyring(store, "memory://"))
+        EncryptingChatStorage(
+            store, keys=MASTER, keyring=StoreKeyring(store, "memory://"), create_keyring=True
+        )
     with pytest.raises(ConfigError, match="loses every data key"):
-        EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring="memory://")
+        EncryptingChatStorage(
+            SQLiteChatStorage(db), keys=MASTER, keyring="memory://", create_keyring=True
+        )
     with pytest.raises(ConfigError, match="give keys or key_env"):
-        EncryptingChatStorage(store, keys=MASTER, key_env="X", keyring=tmp_path / "k.db")
+        EncryptingChatStorage(
+            store, keys=MASTER, key_env="X", keyring=tmp_path / "k.db", create_keyring=True
+        )
     with pytest.raises(ConfigError, match="given twice"):
-        EncryptingChatStorage(store, keys=[MASTER, MASTER], keyring=tmp_path / "k.db")
+        EncryptingChatStorage(
+            store, keys=[MASTER, MASTER], keyring=tmp_path / "k.db", create_keyring=True
+        )
     assert not os.path.exists(tmp_path / "k.db")  # nothing opened at construction
 
 

@@ -74,7 +74,9 @@ def test_the_layer_is_invisible_to_every_read(
         with tempfile.TemporaryDirectory() as tmp:
             plain = InMemoryChatStorage()
             base = InMemoryChatStorage()
-            layer = EncryptingChatStorage(base, keys=MASTER, keyring=Path(tmp) / "k.db")
+            layer = EncryptingChatStorage(
+                base, keys=MASTER, keyring=Path(tmp) / "k.db", create_keyring=True
+            )
             stored = await layer.save_messages(key, history)
             await plain.save_messages(key, stored)
             assert stored == [
@@ -82,7 +84,9 @@ def test_the_layer_is_invisible_to_every_read(
                 for m, s in zip(history, stored, strict=True)
             ]
             assert await layer.fetch(key, limit=limit) == await plain.fetch(key, limit=limit)
-            cold = EncryptingChatStorage(base, keys=MASTER, keyring=Path(tmp) / "k.db")
+            cold = EncryptingChatStorage(
+                base, keys=MASTER, keyring=Path(tmp) / "k.db", create_keyring=True
+            )
             assert await cold.fetch(key, limit=limit) == await plain.fetch(key, limit=limit)
             assert await cold.fetch_all_chats(key.user_id, key.session_id) == (
                 await plain.fetch_all_chats(key.user_id, key.session_id)
@@ -101,7 +105,9 @@ def test_a_row_opens_only_under_its_own_key(key: ChatKey, other: ChatKey, text: 
     async def check() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             base = InMemoryChatStorage()
-            layer = EncryptingChatStorage(base, keys=MASTER, keyring=Path(tmp) / "k.db")
+            layer = EncryptingChatStorage(
+                base, keys=MASTER, keyring=Path(tmp) / "k.db", create_keyring=True
+            )
             await layer.save(key, ChatMessage("user", text))
             await layer.save(other, ChatMessage("user", "the other's own"))
             (row,) = await base.fetch(key)
