@@ -32,7 +32,13 @@ from storage.config.construct import construct
 from storage.config.parse import Parser, load_config, parse_config
 from storage.config.problems import config_error
 from storage.config.registry import Registry
-from storage.config.resolve import ENV_CONFIG, ENV_URL, configured_source, resolve
+from storage.config.resolve import (
+    ENV_CONFIG,
+    ENV_URL,
+    configured_source,
+    read_store_url,
+    resolve,
+)
 from storage.config.spec import StackSpec
 from storage.config.stack import Stack
 from storage.errors import ConfigError
@@ -90,7 +96,7 @@ def open_storage(
 
 def to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None) -> StackSpec:
     """The parsed stack :func:`open_storage` would build from ``spec`` (same rules; with
-    ``None``, the one the environment names).
+    ``None``, the one the environment names), its store's ``url_env`` read.
 
     Mistakes in the configuration are kept in ``StackSpec.problems``, not raised:
     :func:`open_storage` reports them together with those resolving finds, in one error.
@@ -99,6 +105,11 @@ def to_spec(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None)
         ConfigError: both environment variables set; an empty URL; a config that is not a
             mapping; a file that cannot be read or decoded.
     """
+    parsed = _parse(spec)
+    return parsed if parsed.store.url_env is None else read_store_url(parsed)
+
+
+def _parse(spec: str | os.PathLike[str] | Mapping[str, Any] | StackSpec | None) -> StackSpec:
     if spec is None:
         url, config = configured_source()
         if url:

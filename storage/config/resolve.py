@@ -2,8 +2,9 @@
 
 Resolving is where a configuration meets the world, and the only place it does:
 
-- the environment: ``CHATLAYERS_URL`` / ``CHATLAYERS_CONFIG`` (:func:`configured_source`),
-  a store's ``url_env``, and every ``X_env`` option (``X`` read from the variable it names);
+- the environment: ``CHATLAYERS_URL`` / ``CHATLAYERS_CONFIG`` (:func:`configured_source`)
+  and a ``[store]`` table's ``url_env`` (:func:`read_store_url`), which say where the
+  configuration is, then every ``X_env`` option (``X`` read from the variable it names);
 - files: ``*_file`` options are made relative to the config file's directory;
 - the registry and its entry points: each name to its factory (:mod:`storage.config.registry`);
 - each factory's declared options (:mod:`storage.config.options`): an unknown one is refused
@@ -41,7 +42,15 @@ from storage.errors import ConfigError
 from storage.redact import is_sensitive, secrets_of_options, secrets_of_url
 from storage.stores.base import BaseStore
 
-__all__ = ["ENV_CONFIG", "ENV_URL", "Plan", "StackPlan", "configured_source", "resolve"]
+__all__ = [
+    "ENV_CONFIG",
+    "ENV_URL",
+    "Plan",
+    "StackPlan",
+    "configured_source",
+    "read_store_url",
+    "resolve",
+]
 
 ENV_URL: Final = "CHATLAYERS_URL"
 ENV_CONFIG: Final = "CHATLAYERS_CONFIG"
@@ -102,6 +111,30 @@ def resolve(spec: StackSpec, registry: Registry | None = None) -> StackPlan:
     return _Resolution(registry if registry is not None else default_registry).stack(spec)
 
 
+def read_store_url(spec: StackSpec) -> StackSpec:
+    """``spec`` with its store's URL read from the variable a ``[store]`` table's
+    ``url_env`` names, and parsed as the table's ``url`` would have been (a problem is
+    added to ``StackSpec.problems``); ``spec`` itself when there is no ``url_env``.
+
+    :func:`storage.config.loading.to_spec` calls it, so the stack it returns names its
+    store (the command line decides on a read-only SQLite store before building).
+    """
+    store = spec.store
+    if store.url_env is None or not store.parsed:
+        return spec
+    try:
+        url = _env(store.url_env, "store", "url")
+    except ConfigError as exc:
+        unread = ComponentSpec("stores", "", where=store.where, parsed=False)
+        return attrs.evolve(
+            spec, store=unread, problems=[*spec.problems, Problem(store.where, str(exc), exc)]
+        )
+    parser = Parser(store.base_dir)
+    options = dict(store.options)
+    resolved = parser.store_table_url(url, options.pop("type", None), options)
+    return attrs.evolve(spec, store=resolved, problems=[*spec.problems, *parser.problems])
+
+
 def _env(variable: Any, label: str, option: str) -> str:
     """The value of the environment variable an ``OPTION_env`` option names.
 
@@ -151,7 +184,8 @@ class _Resolution:
         self._problems.append((key, Problem(where, str(error), cause)))
 
     def stack(self, spec: StackSpec) -> StackPlan:
-        store = self._store_of(spec.store)
+        spec = read_store_url(spec)
+        store = spec.store
         parts = [_Part(store, (0,))] if store.parsed else []
         parts += [_Part(layer, (n,)) for n, layer in enumerate(spec.layers, 1) if layer.parsed]
         for part in parts:
@@ -170,23 +204,6 @@ class _Resolution:
             return StackPlan(None, (), spec.source, frozenset(self.secrets), tuple(problems))
         top = _plans(done)
         return StackPlan(top[0], tuple(top[1:]), spec.source, frozenset(self.secrets), ())
-
-    def _store_of(self, store: ComponentSpec) -> ComponentSpec:
-        """The store, its URL read from the variable a ``[store]`` table's ``url_env``
-        names (then parsed as the table's ``url`` would have been)."""
-        if store.url_env is None or not store.parsed:
-            return store
-        try:
-            url = _env(store.url_env, "store", "url")
-        except ConfigError as exc:
-            self._problem((0, -1), store.where, exc)
-            return ComponentSpec("stores", "", where=store.where, parsed=False)
-        self.secrets |= secrets_of_url(url)
-        parser = Parser(store.base_dir)
-        options = dict(store.options)
-        resolved = parser.store_table_url(url, options.pop("type", None), options)
-        self._problems += [((0, -1), problem) for problem in parser.problems]
-        return resolved
 
     def _factories(self, parts: list[_Part]) -> None:
         """Each part's factory from the registry, then the options it declares."""

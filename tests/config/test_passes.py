@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 import pytest
 
 from storage.checked import Check
+from storage.cli import main
 from storage.config import open_storage
 from storage.config.loading import to_spec
 from storage.config.parse import Parser
@@ -111,7 +112,7 @@ def test_the_environment_is_read_when_resolving(
     (tmp_path / "names.toml").write_text('PERSON = ["Zed"]\n')
     path = tmp_path / "stack.toml"
     path.write_text(TOML)
-    assert to_spec(path).problems == []  # parsing read no variable: nothing is missing yet
+    assert Parser().file(path).problems == []  # parsing read no variable: none is missing yet
     with pytest.raises(ConfigError) as info:
         open_storage(path)
     assert problem_lines(info.value) == [
@@ -144,6 +145,19 @@ def test_an_environment_url_is_checked_like_a_written_one(
         "[store]: option 'retention' is given in the URL and the table",
         "[store]: type 'sqlite' does not match the URL scheme 'memory'",
     ]
+
+
+def test_a_read_only_command_does_not_create_a_database_named_by_url_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.db"
+    monkeypatch.setenv("CHATLAYERS_TEST_DB", f"sqlite:///{missing}")
+    path = tmp_path / "stack.toml"
+    path.write_text('[store]\nurl_env = "CHATLAYERS_TEST_DB"\n')
+    assert to_spec(path).store.name == "sqlite"  # the command line decides on it
+    assert main(["show", "--session", "s", "--config", str(path)]) == 1
+    assert f"no SQLite database at '{missing}'" in capsys.readouterr().err
+    assert not missing.exists()
 
 
 # --- constructor value checks, listed with every other problem ------------------------------
