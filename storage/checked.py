@@ -14,14 +14,20 @@ function serves both paths:
 - code that calls the constructor gets the constructor's own error (the constructor calls
   ``function`` itself: ``InvalidArgumentError`` for the built-in stores, ``ConfigError`` where
   a store always raised that);
-- :mod:`storage.config` runs every ``Check`` of every option while it converts options,
-  before anything is constructed, so a bad value is one ``ConfigError`` problem listed
-  with every other problem of the same URL, dict or TOML file (``open_storage`` reports them
-  all at once).
+- :mod:`storage.config` runs every ``Check`` of every given option while it resolves a
+  configuration, before anything is constructed, so a bad value is one ``ConfigError``
+  problem listed with every other problem of the same URL, dict or TOML file
+  (``open_storage`` reports them all at once). A message that starts with the option's name
+  (``"trigger_at must be >= 1, got 0"``) is reported as the constructor's own error reads,
+  ``layer 'summarize': trigger_at must be >= 1, got 0``; any other gets the option's name,
+  ``layer 'x': option 'pairs': must be even, got 3``.
 
-A component whose option is checked only inside its constructor still works: config turns
-the constructor's ``InvalidArgumentError`` into a ``ConfigError``, but then only the first
-such problem is reported. Annotate the option to have it collected with the others.
+An option that may be ``None`` is ``Annotated[int, Check(function)] | None``: ``None`` is
+not checked. A check sees one value; a rule joining several options (``keep_tokens <
+trigger_tokens``) stays in the constructor. A component whose option is checked only
+inside its constructor still works: config turns the constructor's ``InvalidArgumentError``
+into a ``ConfigError``, but then only the first such problem is reported, and only when
+nothing else is wrong. Annotate the option to have it collected with the others.
 """
 
 from __future__ import annotations

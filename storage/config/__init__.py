@@ -1,15 +1,17 @@
 """Stack configuration: ``open_storage`` builds a stack from a URL chain, a dict or a file.
 
-The modules, in the order a configuration flows through them:
+The modules, in the order a configuration flows through them (three passes):
 
-- :mod:`storage.config.loading`: ``open_storage``, the dict / TOML form, and where the
-  configuration comes from (argument, ``CHATLAYERS_URL``, ``CHATLAYERS_CONFIG``, default);
-- :mod:`storage.config.chain`: the URL-chain grammar (``summarize::scrub::sqlite:///chats.db``);
-- :mod:`storage.config.spec`: the parsed form both give (``StackSpec``);
-- :mod:`storage.config.registry`: names of stores, layers and summarizers, and their factories;
-- :mod:`storage.config.build`: building it (:mod:`storage.config.options` converts the option
-  values, :mod:`storage.config.problems` collects every mistake into one error,
-  :mod:`storage.redact` keeps secrets out of every message);
+- :mod:`storage.config.loading`: ``open_storage`` and where the configuration comes from
+  (argument, ``CHATLAYERS_URL``, ``CHATLAYERS_CONFIG``, default);
+- :mod:`storage.config.parse`: **parse**, pure: a URL chain, a dict or a TOML/JSON file to
+  the parsed form, :mod:`storage.config.spec` (``StackSpec``);
+- :mod:`storage.config.resolve`: **resolve**: the environment, ``*_file`` paths, the
+  :mod:`storage.config.registry` (names to factories, entry points) and
+  :mod:`storage.config.options` (each factory's declared options, converted and checked);
+  every mistake is collected (:mod:`storage.config.problems`, one error) and every secret
+  (:mod:`storage.redact` keeps them out of every message);
+- :mod:`storage.config.construct`: **construct**: the store, then each layer around it;
 - :mod:`storage.config.stack`: the result (``Stack``, ``describe``).
 
 The names below are imported on first use, so a module that only needs one piece (the
@@ -24,14 +26,9 @@ from typing import TYPE_CHECKING
 from storage.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from storage.config.loading import (
-        DEFAULT_URL,
-        ENV_CONFIG,
-        ENV_URL,
-        load_config,
-        open_storage,
-        parse_config,
-    )
+    from storage.config.loading import DEFAULT_URL, open_storage
+    from storage.config.parse import load_config, parse_config
+    from storage.config.resolve import ENV_CONFIG, ENV_URL
     from storage.config.stack import Stack, describe
 
 __all__ = [
@@ -47,11 +44,11 @@ __all__ = [
 
 _LAZY = {
     "DEFAULT_URL": "storage.config.loading",
-    "ENV_CONFIG": "storage.config.loading",
-    "ENV_URL": "storage.config.loading",
-    "load_config": "storage.config.loading",
+    "ENV_CONFIG": "storage.config.resolve",
+    "ENV_URL": "storage.config.resolve",
+    "load_config": "storage.config.parse",
     "open_storage": "storage.config.loading",
-    "parse_config": "storage.config.loading",
+    "parse_config": "storage.config.parse",
     "Stack": "storage.config.stack",
     "describe": "storage.config.stack",
 }

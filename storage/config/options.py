@@ -8,7 +8,7 @@ callables (``module:attr``). Native values (TOML, dicts) are checked, never rein
 number given for a string option is refused, never guessed. An ``Annotated[T, Check(f)]``
 option (:mod:`storage.checked`) is converted to ``T`` and then checked by ``f``, so a bad
 value (``retention = "30x"``) is a ``ConfigError`` found while planning, with the others.
-:func:`from_env` reads the value of an ``X_env`` option.
+:func:`convert_option` is what resolving calls for each option of a component.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from storage.checked import checks_of
 from storage.config.registry import import_target
 from storage.errors import ConfigError
 
-__all__ = ["Param", "convert", "declared_options", "from_env"]
+__all__ = ["Param", "convert", "convert_option", "declared_options"]
 
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 _FALSE: Final = frozenset({"false", "0", "no", "off"})
@@ -110,18 +110,29 @@ def _type_hints(obj: Any) -> dict[str, Any]:
         return hints
 
 
-def from_env(variable: Any, label: str, option: str) -> str:
-    """The value of the environment variable an ``OPTION_env`` option names.
+def convert_option(value: Any, annotation: Any, label: str, name: str) -> Any:
+    """Convert the value of option ``name`` of the component ``label`` (``"layer 'scrub'"``)
+    to its declared type, and run its ``Check`` annotations.
+
+    A failed check reads as the constructor's own error would: ``layer 'x': trigger_at must
+    be >= 1, got 0`` when the check's message starts with the option's name, else
+    ``layer 'x': option 'trigger_at': MESSAGE``.
 
     Raises:
-        ConfigError: ``variable`` is not a non-empty string, or the variable is not set.
+        ConfigError: the value does not fit the type or fails a check (see :func:`convert`).
     """
-    if not isinstance(variable, str) or not variable:
-        raise ConfigError(f"{label}: {option}_env must name an environment variable")
-    value = os.environ.get(variable)
-    if value is None:
-        raise ConfigError(f"{label}: {option}_env names {variable!r}, which is not set")
-    return value
+    where = f"{label}: option {name!r}"
+    try:
+        return convert(value, annotation, where)
+    except ConfigError as exc:
+        check = exc.__cause__
+        if (
+            isinstance(check, ValueError | TypeError)
+            and str(exc) == f"{where}: {check}"
+            and str(check).startswith(f"{name} ")
+        ):
+            raise ConfigError(f"{label}: {check}") from check
+        raise
 
 
 def convert(value: Any, annotation: Any, where: str) -> Any:

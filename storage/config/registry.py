@@ -25,7 +25,6 @@ installed package cannot silently replace a built-in).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -35,6 +34,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from storage.config.problems import did_you_mean
 from storage.errors import ConfigError
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Entry",
     "Kind",
     "Registry",
+    "did_you_mean",
     "registry",
 ]
 
@@ -123,14 +124,6 @@ def import_target(target: str, *, what: str) -> Any:
         except AttributeError:
             raise ConfigError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
     return obj
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``."""
-    close = difflib.get_close_matches(name, sorted(choices), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
 
 
 class Registry:

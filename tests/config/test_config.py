@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.config import DEFAULT_URL, open_storage, parse_config
-from storage.config.chain import parse_url
 from storage.config.options import convert
+from storage.config.parse import parse_url
 from storage.config.registry import Registry
 from storage.config.stack import Stack, describe
 from storage.errors import ConfigError, StorageUnavailableError
@@ -507,7 +507,7 @@ def test_password_redacted_in_parse_errors_and_reprs(url: str) -> None:
 
 def test_password_redacted_in_redis_stack(caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("redis")
-    with caplog.at_level(logging.DEBUG, logger="storage.config.build"):
+    with caplog.at_level(logging.DEBUG, logger="storage.config.construct"):
         stack = open_storage("redis://:s3cret@localhost:6379/0")  # builds, connects lazily
     for text in (repr(stack), stack.describe(), stack.source, caplog.text, str(stack.components())):
         assert "s3cret" not in text
@@ -517,7 +517,7 @@ def test_password_redacted_in_redis_stack(caplog: pytest.LogCaptureFixture) -> N
 
 def test_password_redacted_in_postgres_stack(caplog: pytest.LogCaptureFixture) -> None:
     pytest.importorskip("asyncpg")
-    with caplog.at_level(logging.DEBUG, logger="storage.config.build"):
+    with caplog.at_level(logging.DEBUG, logger="storage.config.construct"):
         stack = open_storage("summarize::postgresql://u:s3cret@h/db?sslmode=require")  # no connect
     for text in (repr(stack), stack.describe(), stack.source, caplog.text):
         assert "s3cret" not in text

@@ -12,9 +12,8 @@ import pytest
 
 from storage.checked import Check
 from storage.cli import main
-from storage.config import describe, load_config, open_storage, parse_config
-from storage.config.build import build
-from storage.config.chain import parse_url
+from storage.config import describe, load_config, open_storage
+from storage.config.parse import parse_url
 from storage.config.registry import Registry
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.layers.scrubbing import scrub_layer
@@ -239,14 +238,11 @@ def test_the_cli_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "s3cret" not in err
 
 
-def test_build_of_a_deferred_spec_with_a_custom_registry() -> None:
+def test_a_dict_with_a_custom_registry() -> None:
     registry = Registry(entry_points=False)
-    spec = parse_config(
-        {"store": {"type": "memroy"}, "layers": [{"type": "summarize", "trigger_at": "x"}]},
-        defer=True,
-    )
+    spec = {"store": {"type": "memroy"}, "layers": [{"type": "summarize", "trigger_at": "x"}]}
     with pytest.raises(ConfigError) as info:
-        build(spec, registry=registry)
+        open_storage(spec, registry=registry)
     lines = problem_lines(info.value)
     assert lines[0].startswith("[store]: unknown store 'memroy' (did you mean 'memory'?)")
     assert lines[1].startswith("[[layers]] #1 (summarize): layer 'summarize': option")
@@ -485,15 +481,12 @@ def test_a_checked_option_of_any_component_is_collected_before_anything_is_built
     BUILT.clear()
     registry = Registry(entry_points=False)
     registry.register("layers", "capped", Capped)
-    spec = parse_config(
-        {
-            "store": {"type": "memory", "retention": "30x"},
-            "layers": [{"type": "capped", "limit": 0}, {"type": "capped", "limit": "x"}],
-        },
-        defer=True,
-    )
+    spec = {
+        "store": {"type": "memory", "retention": "30x"},
+        "layers": [{"type": "capped", "limit": 0}, {"type": "capped", "limit": "x"}],
+    }
     with pytest.raises(ConfigError) as info:
-        build(spec, registry=registry)
+        open_storage(spec, registry=registry)
     assert problem_lines(info.value) == [
         "[store]: store 'memory': option 'retention': invalid duration '30x': use seconds or "
         "a number with a unit (ms, s, m, h, d, w), e.g. '30d', '12h', '1.5h'",
@@ -501,8 +494,8 @@ def test_a_checked_option_of_any_component_is_collected_before_anything_is_built
         "[[layers]] #2 (capped): layer 'capped': option 'limit' must be an integer, got 'x'",
     ]
     assert BUILT == []
-    stack = build(
-        parse_config({"store": {"type": "memory"}, "layers": [{"type": "capped", "limit": "3"}]}),
+    stack = open_storage(
+        {"store": {"type": "memory"}, "layers": [{"type": "capped", "limit": "3"}]},
         registry=registry,
     )
     assert BUILT == [3]

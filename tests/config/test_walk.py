@@ -13,8 +13,9 @@ from typing import Any, ClassVar, Self
 
 import pytest
 
-import storage.config.build as build_module
-import storage.config.chain as chain_module
+import storage.config.construct as construct_module
+import storage.config.parse as parse_module
+import storage.config.resolve as resolve_module
 from storage.config import open_storage
 from storage.config.registry import Registry
 from storage.errors import ConfigError
@@ -48,11 +49,12 @@ def reg() -> Registry:
 
 def test_config_knows_no_scheme() -> None:
     for name in ("PATH_SCHEMES", "NO_LOCATION_SCHEMES", "store_path", "has_location"):
-        assert not hasattr(chain_module, name), name
-    assert not hasattr(build_module, "_takes_positional")
-    source = inspect.getsource(build_module)
-    for scheme in ("sqlite", "jsonl", "memory", "redis", "postgres"):
-        assert f'"{scheme}"' not in source, scheme
+        assert not hasattr(parse_module, name), name
+    assert not hasattr(resolve_module, "_takes_positional")
+    for module in (parse_module, resolve_module, construct_module):
+        source = inspect.getsource(module)
+        for scheme in ("sqlite", "jsonl", "memory", "redis", "postgres"):
+            assert f'"{scheme}"' not in source, (module.__name__, scheme)
 
 
 def test_from_url_gets_the_whole_url_and_typed_options(reg: Registry) -> None:
