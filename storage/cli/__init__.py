@@ -16,6 +16,7 @@ and ``--json`` for machine output)::
     chatlayers purge                 delete messages older than the store's retention
     chatlayers compact               summarize one conversation now, or tidy JSONL files
     chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
+    chatlayers eval FILE...          fact retention of stacks' views vs truncation, fresh stores
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line
@@ -51,6 +52,7 @@ COMMAND_MODULES: Final = (
     "storage.cli.browse",
     "storage.cli.maintenance",
     "storage.cli.keys",
+    "storage.cli.eval",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 
@@ -93,14 +95,23 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+def _common(parser: argparse.ArgumentParser, *, top: bool, many: bool = False) -> None:
     default = None if top else argparse.SUPPRESS
     group = parser.add_argument_group("stack selection")
+    action = "append" if many else "store"
+    again = " (repeat for several stacks)" if many else ""
     group.add_argument(
-        "--url", default=default, help="stack URL chain, e.g. summarize::scrub::sqlite:///chats.db"
+        "--url",
+        default=default,
+        action=action,
+        help=f"stack URL chain, e.g. summarize::scrub::sqlite:///chats.db{again}",
     )
     group.add_argument(
-        "--config", default=default, metavar="FILE", help="TOML or JSON stack config file"
+        "--config",
+        default=default,
+        action=action,
+        metavar="FILE",
+        help=f"TOML or JSON stack config file{again}",
     )
     parser.add_argument(
         "--json",
@@ -126,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for spec in registered():
         sub = commands.add_parser(spec.name, help=spec.help, description=spec.help)
-        _common(sub, top=False)
+        _common(sub, top=False, many=spec.many_stacks)
         spec.arguments(sub)
         sub.set_defaults(
             handler=spec.handler, read_only=spec.read_only, needs_stack=spec.needs_stack

@@ -10,7 +10,8 @@ line in that tuple::
 
 ``arguments(parser)`` adds the command's own flags (each with help text: a test walks the
 parser); ``read_only`` commands never create a missing SQLite file; ``needs_stack=False``
-commands are called with ``stack=None`` and open nothing.
+commands are called with ``stack=None`` and open nothing; ``many_stacks`` commands (with
+``needs_stack=False``) take ``--url``/``--config`` several times and get lists.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     read_only: bool = False
     needs_stack: bool = True
+    many_stacks: bool = False
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -54,6 +56,7 @@ def command(
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments,
     read_only: bool = False,
     needs_stack: bool = True,
+    many_stacks: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine ``handler(args, out, stack) -> exit status`` as the
     subcommand ``name``.
@@ -66,7 +69,9 @@ def command(
         existing = _COMMANDS.get(name)
         if existing is not None and existing.handler is not handler:
             raise ValueError(f"chatlayers command {name!r} is registered twice")
-        _COMMANDS[name] = Command(name, help, handler, arguments, read_only, needs_stack)
+        _COMMANDS[name] = Command(
+            name, help, handler, arguments, read_only, needs_stack, many_stacks
+        )
         return handler
 
     return register

@@ -25,13 +25,22 @@ from typing import Any, Final
 import attrs
 
 from storage.cli.conversation_file import Conversation
-from storage.config.stack import Stack
+from storage.config.stack import Stack, components
 from storage.errors import ConfigError
 from storage.message import ChatMessage
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REPLAY_URL", "ReplayReport", "SetFigures", "replay"]
+__all__ = [
+    "REPLAY_URL",
+    "ReplayReport",
+    "SetFigures",
+    "replay",
+    "set_name",
+    "summarizing_layers",
+    "token_counter",
+    "total",
+]
 
 REPLAY_URL: Final = "summarize?trigger_tokens=4000::scrub::sqlite:///chatlayers.db"
 """The stack for replaying agent traffic: summaries by a token budget of 4,000 tokens
@@ -172,7 +181,7 @@ async def replay(
         ChatStorageError: from the stack (the messages saved before it stay stored).
     """
     report = ReplayReport()
-    layers = _summarizing_layers(stack)
+    layers = summarizing_layers(stack)
     report.background = any(getattr(layer, "background", False) for layer in layers)
     async with _background_tasks(layers):
         await _replay(stack, conversations, report, layers, fresh, fetch_limit, model, on_message)
@@ -190,26 +199,26 @@ async def _replay(
     on_message: Callable[[], None] | None,
 ) -> None:
     perf = time.perf_counter
-    count = _token_counter(model)
+    count = token_counter(model)
     raw_tokens = view_tokens = 0
     start_counts = _pii_counts(stack)
     repeated: Counter[str] = Counter()
-    start_calls = _total(layers, "summarizer_calls")
+    start_calls = total(layers, "summarizer_calls")
     for conversation in conversations:
         key = conversation.key
         if fresh:
             await stack.delete(key)
         messages = conversation.messages
         view: list[ChatMessage] = []
-        figures = report.sets.setdefault(_set_name(conversation.where), SetFigures())
-        calls_before = _total(layers, "summarizer_calls")
+        figures = report.sets.setdefault(set_name(conversation.where), SetFigures())
+        calls_before = total(layers, "summarizer_calls")
         for index, message in enumerate(messages):
             before = _pii_counts(stack)
-            triggers = _total(layers, "saves_triggering")
+            triggers = total(layers, "saves_triggering")
             started = perf()
             stored = await stack.save(key, message)
             took = perf() - started
-            if _total(layers, "saves_triggering") > triggers:
+            if total(layers, "saves_triggering") > triggers:
                 report.trigger_save_seconds.append(took)
             else:
                 report.save_seconds.append(took)
@@ -237,7 +246,7 @@ async def _replay(
         report.view_messages += len(view)
         figures.conversations += 1
         figures.summarized += any(m.is_summary for m in view)
-        figures.summarizer_calls += _total(layers, "summarizer_calls") - calls_before
+        figures.summarizer_calls += total(layers, "summarizer_calls") - calls_before
         if count is not None:
             raw_count, view_count = count(raw), count(view)
             raw_tokens += raw_count
@@ -248,12 +257,12 @@ async def _replay(
             figures.raw_tokens = figures.view_tokens = None
     report.raw_tokens = raw_tokens if count is not None else None
     report.view_tokens = view_tokens if count is not None else None
-    report.summarizer_calls = _total(layers, "summarizer_calls") - start_calls
+    report.summarizer_calls = total(layers, "summarizer_calls") - start_calls
     _count_layer_work(stack, report)
     report.pii = report.pii - start_counts - repeated
 
 
-def _set_name(where: str) -> str:
+def set_name(where: str) -> str:
     """The set a conversation belongs to: its file's name without ``.openai.jsonl``."""
     name = Path(where.rsplit(":", 1)[0]).name
     for suffix in (".openai.jsonl", ".jsonl", ".json"):
@@ -262,12 +271,14 @@ def _set_name(where: str) -> str:
     return name
 
 
-def _summarizing_layers(stack: Stack) -> list[Any]:
-    """The stack's summarizing layers (anything counting ``summarizer_calls``)."""
-    return [c for c in stack.components() if isinstance(getattr(c, "summarizer_calls", None), int)]
+def summarizing_layers(stack: object) -> list[Any]:
+    """The summarizing layers of a stack or a chain of layers (anything counting
+    ``summarizer_calls``)."""
+    return [c for c in components(stack) if isinstance(getattr(c, "summarizer_calls", None), int)]
 
 
-def _total(layers: Sequence[Any], name: str) -> int:
+def total(layers: Sequence[Any], name: str) -> int:
+    """The sum of the counter ``name`` over ``layers``."""
     return sum(int(getattr(layer, name, 0)) for layer in layers)
 
 
@@ -292,7 +303,7 @@ def _pii_counts(stack: Stack) -> Counter[str]:
     return total
 
 
-def _token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:
+def token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:
     """A token counter, or ``None`` (sizes shown in messages only) when tiktoken's encoding
     files are not on this machine: replay must work on a plain install without the ``llm``
     extra, whose package ships them."""

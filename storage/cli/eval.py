@@ -1,0 +1,133 @@
+"""``chatlayers eval FILE... [--url STACK]...``: how many needed facts each stack's view keeps.
+
+Replays the conversations through each stack over a fresh store (:mod:`storage.eval.measure`)
+and prints, per stack and per file: conversations (summarized), points (fetches whose view
+was compacted), needed facts, the retention of the view, of truncation to the view's
+characters and of the newest messages matched to the view's message count, raw and view
+tokens, view/raw of the summarized conversations, and summarizer calls. Without ``--url`` it
+measures :data:`storage.eval.measure.DEFAULT_EVAL_URLS` (a token and a pair budget);
+``CHATLAYERS_URL`` and ``CHATLAYERS_CONFIG`` are not read (eval never touches a deployment's
+store).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from storage.cli.conversation_file import read_conversations
+from storage.cli.output import Output
+from storage.cli.registry import command
+from storage.cli.words import plural
+from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate_urls
+
+__all__ = ["COLUMNS", "report_rows"]
+
+COLUMNS = (
+    "stack",
+    "set",
+    "conversations",
+    "summarized",
+    "points",
+    "facts",
+    "retention",
+    "truncation",
+    "last N",
+    "raw tokens",
+    "view tokens",
+    "view/raw",
+    "summarizer calls",
+)
+"""The columns of the table ``chatlayers eval`` prints."""
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _row(stack: str, name: str, figures: Figures) -> tuple[Any, ...]:
+    return (
+        stack,
+        name,
+        figures.conversations,
+        figures.summarized,
+        figures.points,
+        figures.facts,
+        _ratio(figures.retention),
+        _ratio(figures.truncation_retention),
+        _ratio(figures.last_n_retention),
+        figures.raw_tokens,
+        figures.view_tokens,
+        _ratio(figures.view_ratio),
+        figures.summarizer_calls,
+    )
+
+
+def report_rows(reports: list[EvalReport]) -> list[tuple[Any, ...]]:
+    """One row per stack and set (and a ``total`` row per stack measured on several sets)."""
+    rows: list[tuple[Any, ...]] = []
+    for report in reports:
+        rows.extend(_row(report.stack, name, figures) for name, figures in report.sets.items())
+        if len(report.sets) > 1:
+            rows.append(_row(report.stack, "total", report.total))
+    return rows
+
+
+def _sources(args: argparse.Namespace) -> list[str | Path]:
+    urls, configs = getattr(args, "url", None), getattr(args, "config", None)
+    # Given before the command name, --url/--config is a single string.
+    sources: list[str | Path] = [urls] if isinstance(urls, str) else list(urls or [])
+    configs = [configs] if isinstance(configs, str) else list(configs or [])
+    sources.extend(Path(c) for c in configs)
+    return sources or list(DEFAULT_EVAL_URLS)
+
+
+async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
+    conversations = read_conversations(args.files)
+    sources = _sources(args)
+    total = sum(len(c.messages) for c in conversations) * len(sources)
+    out.note(
+        f"measuring {plural(len(sources), 'stack')} on "
+        f"{plural(len(conversations), 'conversation')} (fresh stores, nothing is kept)"
+    )
+    with out.progress("replaying", total) as advance:
+        reports = await evaluate_urls(sources, conversations, model=args.model, on_message=advance)
+    if out.json_mode:
+        out.json(
+            [
+                {
+                    "stack": report.stack,
+                    "token_model": args.model,
+                    "sets": {name: f.as_dict() for name, f in report.sets.items()},
+                    "total": report.total.as_dict(),
+                }
+                for report in reports
+            ]
+        )
+        return 0
+    out.table("chatlayers eval", COLUMNS, report_rows(reports))
+    out.note(
+        "retention: facts the next assistant message states that were said earlier, found in "
+        "the view, at each fetch whose view was compacted; truncation: the system prompt + "
+        "the newest messages in the view's characters; last N: as many messages as the view"
+    )
+    return 0
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="JSONL (one conversation per line) or JSON list"
+    )
+    p.add_argument(
+        "--model", default="gpt-4o", help="model whose tokenizer counts tokens (default gpt-4o)"
+    )
+
+
+command(
+    "eval",
+    help="measure the facts each stack's model view keeps, beside truncation (fresh stores)",
+    arguments=_arguments,
+    needs_stack=False,
+    many_stacks=True,
+)(_cmd_eval)
