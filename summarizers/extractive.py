@@ -1,48 +1,58 @@
 """``ExtractiveSummarizer``: the default summarizer, offline, deterministic, no model call.
 
-What an agent needs to carry on after its history is cut, kept line by line:
+It keeps what an agent needs to carry on (see :mod:`summarizers.notes` for the layout):
 
-- ``- user: …`` every user request or question, the request itself (a greeting or an
-  introduction before it is skipped: "Hi! I'm <EMAIL_ADDRESS_…>. What's the weather in
-  Paris?" keeps the question);
-- ``- tool: name(args) -> outcome`` each tool used, with the first words of its result;
-- ``- assistant: …`` the assistant's final answer of each turn (first sentence);
-- ``- facts: …`` what each PII placeholder in the summarized part stands for
-  (``email address <EMAIL_ADDRESS_3f9a2c1d>``): the value stays a placeholder, the fact that
-  the user gave one is kept.
+- **User requests**: each user message's requests and questions (not its greeting or
+  introduction) and every sentence of it that states a fact, quoted;
+- **Done**: each call of a tool that changes something (its name starts with a verb such as
+  book, cancel, update, refund, create, place, issue, apply, send, delete, add), its arguments
+  and its outcome (``ok`` or the error, quoted): what was booked, cancelled, refunded;
+- **Assistant said**: decisions and commitments, questions to the user, and every sentence
+  stating a fact no tool result holds (a computed total), quoted;
+- **Ledger**: every identifier, amount and date the tools returned, with what it refers to
+  (:mod:`summarizers.ledger`), the newest state of each record; **Options seen**: records
+  from lists of results (search results) the conversation did not use later;
+- what each PII placeholder stands for (``the user's email address <EMAIL_ADDRESS_3f9a2c1d>``);
+- **Open**: the assistant's last question, when the summarized part ends waiting for the user.
 
-When the body exceeds ``max_chars``, tool lines go first, then assistant lines, oldest first;
-user requests and facts go last (an ``earlier turns omitted`` line says something was cut).
+Text from users and tools is only ever quoted (:mod:`summarizers.quoting`): an instruction in
+a tool result stays something the tool said. Over ``max_chars``, options are shortened to
+their facts and dropped first, then the assistant's lines, then the ledger is shortened to its
+facts; requests, done lines and ledger entries go last, oldest first. The summary's metadata
+records the ids of the messages it covers and, for each fact it states, the id of the message
+it came from (``metadata["chatlayers"]["sources"]``; never in the text).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import attrs
 
 from storage.errors import ConfigError
 from storage.history import split_turns
-from storage.message import ChatMessage
+from storage.message import ChatMessage, ToolCall
+from summarizers.facts import fact_keys, has_fact
+from summarizers.ledger import Entry, compact_value, json_entries, label_of, parse_json
+from summarizers.notes import Notes
+from summarizers.quoting import quote
 from summarizers.render import (
     SummaryPlan,
     build_result,
     content_text,
     first_sentence,
     plan_summary,
-    short_arguments,
+    prior_facts,
     shorten,
 )
 
-__all__ = ["SUMMARY_ROLES", "ExtractiveSummarizer", "request_text"]
+__all__ = ["OMITTED", "SUMMARY_ROLES", "ExtractiveSummarizer", "is_action", "request_text"]
 
 SUMMARY_ROLES: Final = frozenset({"system", "user", "assistant"})
-OMITTED: Final = "- … (earlier turns omitted)"
-FACTS: Final = "- facts: "
-_ARGS_CHARS: Final = 60
-_OUTCOME_CHARS: Final = 80
+OMITTED: Final = "- … (older lines omitted)"
+_PLACEHOLDERS: Final = "placeholders"
 _MIN_REQUEST_CHARS: Final = 40
 
 # The scrubber's placeholder shape (storage.pii.placeholders.PLACEHOLDER_RE); not imported so
@@ -67,8 +77,55 @@ _REQUEST: Final = re.compile(
     r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
     re.IGNORECASE,
 )
-# Priority of a body line when the budget forces cuts: lower goes first.
-_TOOL, _ASSISTANT, _USER = 0, 1, 2
+# Decisions and commitments in the assistant's words.
+_COMMITMENT: Final = re.compile(
+    r"\b(i will|i'll|i have|i've|we will|has been|have been|successfully|confirmed?|"
+    r"booked|cancell?ed|refunded|updated|upgraded|charged|unable|cannot|can't|not possible|"
+    r"not eligible|would you like|shall i|do you want|please confirm|let me know)\b",
+    re.IGNORECASE,
+)
+_ACTION_VERBS: Final = frozenset(
+    [
+        "book",
+        "cancel",
+        "update",
+        "modify",
+        "change",
+        "edit",
+        "refund",
+        "create",
+        "place",
+        "issue",
+        "apply",
+        "send",
+        "delete",
+        "remove",
+        "add",
+        "transfer",
+        "pay",
+        "charge",
+        "upgrade",
+        "return",
+        "submit",
+        "confirm",
+        "set",
+        "reset",
+        "approve",
+        "close",
+        "write",
+        "insert",
+        "register",
+        "schedule",
+        "reserve",
+        "purchase",
+        "buy",
+        "order",
+        "move",
+    ]
+)
+_ERROR: Final = re.compile(r"^\W*(error|failed|failure|exception|denied|invalid|not )", re.I)
+_MARKUP: Final = re.compile(r"\*\*|__|`+|^#+\s*", re.MULTILINE)  # markdown emphasis, headings
+_TOOL_TEXT: Final = 120  # characters of a non-JSON tool result kept, quoted
 
 
 def request_text(text: str, limit: int) -> str:
@@ -94,17 +151,24 @@ def request_text(text: str, limit: int) -> str:
     return shorten(" ".join(picked), limit)
 
 
+def is_action(name: str) -> bool:
+    """Whether a tool named ``name`` changes something: its first word is a verb such as
+    book, cancel, update, refund (``cancel_reservation``, ``bookFlight``, ``issue-refund``)."""
+    words = re.findall(r"[a-z]+|[A-Z][a-z]*", name)
+    return bool(words) and words[0].lower() in _ACTION_VERBS
+
+
 @attrs.frozen(kw_only=True)
 class ExtractiveSummarizer:
-    """Summarize by extraction: requests, tool outcomes, answers and facts; no model.
+    """Summarize by extraction: requests, actions, decisions and a ledger of facts; no model.
 
     The output depends only on the input (the summary message's ``id`` included). The
     conversation's leading system prompt is kept verbatim ahead of the body and not counted in
-    ``max_chars``; the prior summary's lines come first.
+    ``max_chars``; the prior summary's lines are merged with the new ones.
 
     Args:
         max_chars: bound on the summary body in characters (>= 100); default 2000.
-        sentence_chars: bound on each extracted request or answer in characters (>= 10);
+        sentence_chars: bound on each extracted request or sentence in characters (>= 10);
             default 160.
         summary_role: role of the summary message: ``"system"`` (default), ``"user"`` or
             ``"assistant"``.
@@ -137,8 +201,11 @@ class ExtractiveSummarizer:
         plan = plan_summary(buffer, keep_last)
         if plan is None:
             return list(buffer)
+        notes, sources = self.notes(plan)
+        body = notes.bound(self.max_chars)
+        facts = {fact: source for fact, source in sources.items() if fact in body}
         return build_result(
-            plan, self.summary_body(plan), role=self.summary_role, summarizer="extractive"
+            plan, body, role=self.summary_role, summarizer="extractive", facts=facts
         )
 
     def describe(self) -> str:
@@ -146,83 +213,207 @@ class ExtractiveSummarizer:
         return f"ExtractiveSummarizer(max_chars={self.max_chars})"
 
     def summary_body(self, plan: SummaryPlan) -> str:
-        """The new summary body: prior lines, then the lines of the summarized turns, then the
-        facts line, bounded by ``max_chars``."""
-        prior = [line for line in plan.prior_text.splitlines() if line.strip()]
-        omitted = OMITTED in prior
-        facts = _merge_facts([line for line in prior if line.startswith(FACTS)], plan.to_summarize)
-        lines = [
-            (_priority(line), line)
-            for line in prior
-            if line != OMITTED and not line.startswith(FACTS)
-        ]
+        """The new summary body for ``plan``, bounded by ``max_chars``."""
+        return self.notes(plan)[0].bound(self.max_chars)
+
+    def notes(self, plan: SummaryPlan) -> tuple[Notes, dict[str, str]]:
+        """The prior summary's notes updated with the summarized messages, and the source of
+        each fact (fact as written → id of the message it came from; the prior summary's
+        sources first)."""
+        notes = Notes.parse(plan.prior_text)
+        sources = prior_facts(plan.prior_meta)
         prefix, turns = split_turns(plan.to_summarize)
+        previous: dict[str, Mapping[str, object]] = {}
         for segment in ([prefix] if prefix else []) + turns:
-            lines.extend(self.turn_lines(segment))
-        return self._bound(lines, facts, omitted)
+            self._turn(segment, notes, sources, previous)
+        _placeholders(notes, plan.to_summarize)
+        last = plan.to_summarize[-1]
+        if last.role == "assistant" and content_text(last).rstrip().endswith("?"):
+            question = _last_question(content_text(last), self.sentence_chars)
+            notes.open = [f"assistant asked: {quote(question)}"]
+        return notes, sources
 
-    def turn_lines(self, turn: Sequence[ChatMessage]) -> list[tuple[int, str]]:
-        """The prioritised lines of one turn: its request, each tool with its outcome, the
-        final answer."""
+    def _turn(
+        self,
+        turn: Sequence[ChatMessage],
+        notes: Notes,
+        sources: dict[str, str],
+        previous: dict[str, Mapping[str, object]],
+    ) -> None:
         limit = self.sentence_chars
-        out: list[tuple[int, str]] = []
-        if turn and turn[0].role == "user":
-            request = request_text(content_text(turn[0]), limit) or "(no content)"
-            out.append((_USER, f"- user: {request}"))
-        results = {m.tool_call_id: m for m in turn if m.role == "tool"}
+        pending: dict[str | None, list[ToolCall]] = {}
         for message in turn:
-            for call in message.tool_calls:
-                result = results.get(call.id)
-                outcome = (
-                    shorten(content_text(result), _OUTCOME_CHARS) if result is not None else ""
-                )
-                line = f"- tool: {call.name}({short_arguments(call, _ARGS_CHARS)})"
-                out.append((_TOOL, f"{line} -> {outcome or '(no result)'}"))
-        for message in reversed(turn):
-            if message.role == "assistant":
-                answer = first_sentence(content_text(message), limit)
-                if answer:
-                    out.append((_ASSISTANT, f"- assistant: {answer}"))
-                    break
-        return out
-
-    def _bound(self, lines: list[tuple[int, str]], facts: list[str], omitted: bool) -> str:
-        # Cut the lowest-priority lines, oldest first, until the body fits max_chars.
-        marker = len(OMITTED) + 1
-        size = sum(len(line) + 1 for line in facts)
-        total = sum(len(line) + 1 for _, line in lines) + size - 1 + (marker if omitted else 0)
-        dropped: set[int] = set()
-        for level in (_TOOL, _ASSISTANT, _USER):
-            for index, (priority, line) in enumerate(lines):
-                if total <= self.max_chars:
-                    break
-                if priority != level or len(lines) - len(dropped) <= 1:
+            text = content_text(message)
+            if message.role != "tool":
+                notes.touch(text, choose=message.role == "user")
+                for call in message.tool_calls:
+                    notes.touch(call.arguments, choose=True)
+            if message.role == "user":
+                # "Yes, please." answers the question before it: the action it allowed is
+                # under Done.
+                if _GREETING.match(text.strip()) and not has_fact(text):
                     continue
-                dropped.add(index)
-                total -= len(line) + 1
-                if not omitted:
-                    omitted = True
-                    total += marker
-        kept = [line for index, (_, line) in enumerate(lines) if index not in dropped] + facts
-        body = "\n".join(([OMITTED] if omitted else []) + kept)
-        if len(body) > self.max_chars:
-            body = body[: self.max_chars - 1].rstrip() + "…"
-        return body
+                line = _user_line(text, limit) or "(no content)"
+                notes.add("requests", line)
+                _note_sources(line, message.id, sources)
+            elif message.role == "assistant":
+                for call in message.tool_calls:
+                    pending.setdefault(call.id, []).append(call)
+                for line in _assistant_lines(text, limit, notes):
+                    notes.add("said", line)
+                    _note_sources(line, message.id, sources)
+                for call in message.tool_calls:
+                    thought = _thought(call, limit)
+                    if thought:
+                        notes.add("said", thought)
+            elif message.role == "tool":
+                calls = pending.get(message.tool_call_id)
+                found = calls.pop(0) if calls else None
+                self._result(found, message, notes, sources, previous)
+        for calls in pending.values():  # calls whose result is not in the buffer
+            for call in calls:
+                if is_action(call.name):
+                    line = f"{call.name}({_arguments(call, previous)}) -> (no result)"
+                    notes.add("done", line)
+
+    def _result(
+        self,
+        call: ToolCall | None,
+        message: ChatMessage,
+        notes: Notes,
+        sources: dict[str, str],
+        previous: dict[str, Mapping[str, object]],
+    ) -> None:
+        text = content_text(message)
+        name = call.name if call is not None else (message.name or "tool")
+        arguments = parse_json(call.arguments) if call is not None else None
+        value = parse_json(text)
+        entries = None
+        if value is not None:
+            entries = json_entries(
+                value, name, message.id, arguments if isinstance(arguments, Mapping) else None
+            )
+        if call is not None and is_action(call.name):
+            if entries:
+                # The ledger holds the new state: the line names it, and the identities.
+                keys = ", ".join(entry.key for entry in entries[:3])
+                line = f"{call.name}({_identities(call)}) -> ok: {keys}"
+                notes.add("done", line)
+                previous[call.name] = arguments if isinstance(arguments, Mapping) else {}
+                notes.add_entries(entries)
+                for entry in entries:
+                    _note_sources(entry.line, entry.source, sources)
+                _note_sources(line, message.id, sources)
+                return
+            if value is not None and not _ERROR.match(text):
+                outcome = "ok"
+            elif not text.strip():
+                outcome = "(no result)"
+            else:
+                failed = "failed: " if _ERROR.match(text) else ""
+                outcome = failed + quote(text, _TOOL_TEXT)
+            line = f"{call.name}({_arguments(call, previous)}) -> {outcome}"
+            notes.add("done", line)
+            _note_sources(line, message.id, sources)
+        elif entries is None and (text.strip() or call is None):
+            # A read whose result is not a record: one entry named after the call.
+            label = f"{name}({_arguments(call)})" if call is not None else name
+            result = quote(text, _TOOL_TEXT) if value is None else compact_value(value)
+            entries = [Entry(label.replace(": ", ":"), result or "(no result)", message.id, True)]
+        if entries:
+            notes.add_entries(entries)
+            for entry in entries:
+                _note_sources(entry.line, entry.source, sources)
 
 
-def _priority(line: str) -> int:
-    if line.startswith("- user:"):
-        return _USER
-    if line.startswith("- assistant:"):
-        return _ASSISTANT
-    return _TOOL
+def _arguments(
+    call: ToolCall | None, previous: dict[str, Mapping[str, object]] | None = None
+) -> str:
+    """A call's arguments, compactly; with ``previous`` (the last arguments of each action),
+    only the identities and what changed since the same action's last call."""
+    if call is None:
+        return ""
+    parsed = parse_json(call.arguments)
+    if not isinstance(parsed, Mapping):
+        return quote(call.arguments, _TOOL_TEXT) if call.arguments.strip() else ""
+    if previous is None:
+        return compact_value(parsed)
+    last = previous.get(call.name)
+    previous[call.name] = parsed
+    if last is None:
+        return compact_value(parsed)
+    changed = {k: v for k, v in parsed.items() if label_of(str(k)) is not None or last.get(k) != v}
+    same = len(changed) < len(parsed)
+    return compact_value(changed) + (", rest as before" if same else "")
 
 
-def _merge_facts(prior: list[str], messages: Iterable[ChatMessage]) -> list[str]:
-    """One ``- facts:`` line: the prior facts, then each new placeholder by first appearance."""
-    entries: list[str] = []
-    for line in prior:
-        entries.extend(e for e in line.removeprefix(FACTS).split("; ") if e)
+def _identities(call: ToolCall) -> str:
+    """The identity arguments of a call (``reservation_id=H9ZU1C``), compactly."""
+    parsed = parse_json(call.arguments)
+    if not isinstance(parsed, Mapping):
+        return ""
+    return compact_value({k: v for k, v in parsed.items() if label_of(str(k)) is not None})
+
+
+def _thought(call: ToolCall, limit: int) -> str:
+    """A ``think`` call's thought, as something the assistant noted."""
+    if call.name.lower() != "think":
+        return ""
+    parsed = parse_json(call.arguments)
+    values = [v for v in parsed.values() if isinstance(v, str)] if isinstance(parsed, dict) else []
+    return f"(thought) {quote(' '.join(values), limit)}" if values else ""
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def _user_line(text: str, limit: int) -> str:
+    """The user's request plus every sentence of the message stating a fact, quoted."""
+    request = request_text(text, limit)
+    extra = [
+        s
+        for s in _sentences(text)
+        if has_fact(s) and shorten(s, limit) not in request and s not in request
+    ]
+    if extra:
+        request = " ".join([request, *(shorten(s, limit) for s in extra)]).strip()
+    return quote(request) if request else ""
+
+
+def _assistant_lines(text: str, limit: int, notes: Notes) -> list[str]:
+    """The assistant's decisions, commitments and questions, and its sentences stating facts
+    the ledger does not hold yet (quoted, one line per message)."""
+    sentences = _sentences(text)
+    if not sentences:
+        return []
+    known = notes.render()
+    picked = []
+    for sentence in sentences:
+        sentence = _MARKUP.sub("", sentence).strip(" -")
+        new_fact = any(value not in known for value in fact_keys(sentence).values())
+        if sentence and (new_fact or _COMMITMENT.search(sentence) or sentence.endswith("?")):
+            picked.append(sentence)
+    if not picked:
+        picked = [first_sentence(_MARKUP.sub("", text), limit)]
+    return [quote(" ".join(picked), limit)]
+
+
+def _last_question(text: str, limit: int) -> str:
+    questions = [s for s in _sentences(text) if s.endswith("?")]
+    return shorten(questions[-1] if questions else text, limit)
+
+
+def _note_sources(line: str, source: str, sources: dict[str, str]) -> None:
+    for value in fact_keys(line).values():
+        sources.setdefault(value, source)
+
+
+def _placeholders(notes: Notes, messages: Iterable[ChatMessage]) -> None:
+    """The ledger's first entry, ``placeholders``: what each PII placeholder stands for."""
+    old = next((e for e in notes.ledger if e.key == _PLACEHOLDERS), None)
+    entries = [e for e in (old.text if old else "").split("; ") if e]
+    count = len(entries)
     seen = {entry.rsplit(" ", 1)[-1] for entry in entries}
     for message in messages:
         text = content_text(message) + "".join(c.arguments for c in message.tool_calls)
@@ -232,4 +423,6 @@ def _merge_facts(prior: list[str], messages: Iterable[ChatMessage]) -> list[str]
                 label = match.group(1).lower().replace("_", " ")
                 who = "the user's" if message.role == "user" else "a"
                 entries.append(f"{who} {label} {match.group(0)}")
-    return [FACTS + "; ".join(entries)] if entries else []
+    if len(entries) > count:
+        notes.ledger = [e for e in notes.ledger if e.key != _PLACEHOLDERS]
+        notes.ledger.insert(0, Entry(_PLACEHOLDERS, "; ".join(entries)))

@@ -30,7 +30,9 @@ __all__ = [
     "content_text",
     "first_sentence",
     "plan_summary",
+    "prior_facts",
     "render_message",
+    "source_text",
     "shorten",
     "short_arguments",
 ]
@@ -51,6 +53,8 @@ class SummaryPlan:
         prior_count: how many raw messages the prior summary already covers.
         to_summarize: the messages not yet summarized, outside the kept turns (never empty).
         kept: the last ``keep_last`` turns, verbatim (the same message objects).
+        prior_meta: the prior summary's ``metadata["chatlayers"]`` (empty if none).
+        prior_id: the prior summary's message id ("" if none).
     """
 
     system_prompt: str
@@ -58,6 +62,8 @@ class SummaryPlan:
     prior_count: int
     to_summarize: tuple[ChatMessage, ...]
     kept: tuple[ChatMessage, ...]
+    prior_meta: Mapping[str, Any] = attrs.field(factory=dict)
+    prior_id: str = ""
 
 
 def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan | None:
@@ -75,9 +81,14 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
         raise ValueError(f"keep_last must be >= 0, got {keep_last}")
     system_prompt = prior_text = ""
     prior_count = 0
+    prior_meta: Mapping[str, Any] = {}
+    prior_id = ""
     rest = list(buffer)
     if rest and rest[0].is_summary:
         system_prompt, prior_text, prior_count = _parse_summary(rest[0])
+        marker = rest[0].metadata.get("chatlayers")
+        prior_meta = marker if isinstance(marker, Mapping) else {}
+        prior_id = rest[0].id
         rest = rest[1:]
     elif rest and rest[0].role == "system":
         system_prompt = content_text(rest[0])
@@ -89,7 +100,13 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
         return None
     start = last_turns_start(rest, keep_last)
     return SummaryPlan(
-        system_prompt, prior_text, prior_count, tuple(rest[:start]), tuple(rest[start:])
+        system_prompt,
+        prior_text,
+        prior_count,
+        tuple(rest[:start]),
+        tuple(rest[start:]),
+        prior_meta,
+        prior_id,
     )
 
 
@@ -116,15 +133,20 @@ def build_result(
     role: str,
     summarizer: str,
     extra: Mapping[str, Any] | None = None,
+    facts: Mapping[str, str] | None = None,
 ) -> list[ChatMessage]:
     """The new buffer: one summary message, then the kept turns verbatim.
 
     The summary's text is the system prompt (if any), then :data:`SUMMARY_HEADING` and
     ``body``. Its metadata ``{"chatlayers": {...}}`` holds ``summary: True``, ``summarizer``
     (its name), ``summarized`` (raw messages covered, all rounds), ``last_id`` (id of the newest
-    summarized message), ``system_chars`` (length of the kept system prompt, when there is one)
-    and ``extra``. Its ``created_at`` is the newest summarized message's, and its ``id`` is
-    derived from what it covers and says, so equal inputs give equal results.
+    summarized message), ``system_chars`` (length of the kept system prompt, when there is one),
+    ``sources`` and ``extra``. ``sources`` grounds the summary: ``covers``, the ids of the
+    messages it covers (all rounds, oldest first: the prior summary's, then this round's), and
+    ``facts``, each fact the body states mapped to the id of the message it came from (given
+    by the summarizer; metadata only, never in the text). Its ``created_at`` is the newest
+    summarized message's, and its ``id`` is derived from what it covers and says, so equal
+    inputs give equal results.
     """
     head = plan.system_prompt + _SEPARATOR if plan.system_prompt else ""
     text = f"{head}{SUMMARY_HEADING}\n{body}"
@@ -137,6 +159,10 @@ def build_result(
     }
     if plan.system_prompt:
         meta["system_chars"] = len(plan.system_prompt)
+    meta["sources"] = {
+        "covers": [*_prior_covers(plan.prior_meta), *(m.id for m in plan.to_summarize)],
+        "facts": dict(facts or {}),
+    }
     if extra:
         meta.update(extra)
     digest = hashlib.sha256(
@@ -146,6 +172,30 @@ def build_result(
         role, text, id=digest[:32], metadata={"chatlayers": meta}, created_at=last.created_at
     )
     return [summary, *plan.kept]
+
+
+def prior_facts(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The ``sources.facts`` of a prior summary's metadata (fact → message id), or ``{}``."""
+    sources = meta.get("sources")
+    facts = sources.get("facts") if isinstance(sources, Mapping) else None
+    if not isinstance(facts, Mapping):
+        return {}
+    return {str(k): v for k, v in facts.items() if isinstance(v, str)}
+
+
+def source_text(message: ChatMessage) -> str:
+    """The text of ``message`` facts can come from: its content, then each tool call's name
+    and arguments."""
+    calls = " ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+    return f"{content_text(message)} {calls}" if calls else content_text(message)
+
+
+def _prior_covers(meta: Mapping[str, Any]) -> list[str]:
+    sources = meta.get("sources")
+    covers = sources.get("covers") if isinstance(sources, Mapping) else None
+    if isinstance(covers, list | tuple):
+        return [c for c in covers if isinstance(c, str)]
+    return []
 
 
 def content_text(message: ChatMessage) -> str:

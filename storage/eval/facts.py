@@ -10,7 +10,8 @@ A fact is a short normalized string, so the same fact written two ways is one fa
   JSON tool result, a number under a key such as ``price``, ``amount``, ``balance`` or
   ``total``);
 - an identifier or code: a token of letters and digits (``H9ZU1C``, ``HAT229``,
-  ``sofia_kim_7287``, ``credit_card_9879898``), a code of 6 to 10 capital letters
+  ``sofia_kim_7287``, ``credit_card_9879898``; two digits at least, or capitals with a digit
+  like ``2FBBAH``, so ``2-person`` is none), a code of 6 to 10 capital letters
   (``AQLBTL``), and the value of a JSON key naming an id or a number (``reservation_id``,
   ``flight_number``); the digit run of 4+ digits inside an identifier is a fact too, so
   "gift card 6276644" and ``gift_card_6276644`` share one;
@@ -112,7 +113,8 @@ def _walk(value: Any, key: str, facts: set[str]) -> None:
     if isinstance(value, dict):
         for name, item in value.items():
             name = str(name)
-            if _is_identifier(name):  # payment_methods: {"credit_card_9879898": {...}}
+            # An id as a key (payment_methods: {"credit_card_9879898": {...}}), not "line1".
+            if _is_identifier(name) and _LONG_DIGITS.search(name):
                 _add_identifier(name, facts)
             # A price under "prices": {"economy": 112} is money too.
             _walk(item, key if _is_money_key(key) else name, facts)
@@ -174,7 +176,10 @@ def _is_identifier(token: str) -> bool:
         return True
     if len(token) < 4 or _NOT_ID.match(token):
         return False
-    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+    if not any(c.isalpha() for c in token):
+        return False
+    # A code in capitals (2FBBAH) or two digits at least: "2-person" and "line1" are none.
+    return sum(c.isdigit() for c in token) >= 2 or (token.isupper() and len(token) >= 5)
 
 
 def _add_identifier(token: str, facts: set[str]) -> None:

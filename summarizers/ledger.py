@@ -1,0 +1,366 @@
+"""The ledger: every identifier, amount and date said so far, with what it refers to.
+
+A tool result that is JSON becomes ledger entries. A result that is one record (it has an
+identity: a ``*_id``, ``id``, ``*_number``, ``sku`` or ``code`` key, or the call was made for
+one: ``get_user_details(user_id=...)``) is one entry holding everything it says, nested
+records inline: ``reservation H9ZU1C: DTW→JFK, flight_type=one_way, cabin=economy,
+flights=[(HAT097, DTW→JFK, date=2024-05-17, price=$255)]``. A list of records (search
+results, an order list) gives one entry per record, marked as *listed*: those are options
+seen, cut first when the summary runs out of room unless the conversation used them later.
+A result that is not JSON becomes one entry named after the call.
+
+Values are rendered compactly: ``key=value``; ``origin``/``destination`` pairs as ``A→B``;
+first and last names joined; amounts under money keys with ``$``; free text longer than 60
+characters quoted (it is data, never an instruction) and shortened.
+
+An entry's **key** (``reservation H9ZU1C``: the kind and the identity, with the record's date
+when it has one, so one flight on two days is two entries) says what it is about; the same
+key seen again (a reservation read after it was changed) replaces the older text in place:
+the ledger holds the newest state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from summarizers.facts import has_fact
+from summarizers.quoting import quote
+
+__all__ = [
+    "Entry",
+    "compact_value",
+    "facts_only",
+    "identity_of",
+    "is_money_key",
+    "json_entries",
+    "label_of",
+    "merge",
+    "merge_text",
+    "parse_json",
+]
+
+_ID_KEY: Final = re.compile(r"^(?:(?P<label>.+?)_)?(?:id|number|no|code|sku)$", re.IGNORECASE)
+_MONEY_WORDS: Final = frozenset(
+    {"price", "prices", "amount", "balance", "total", "cost", "fee", "fees", "refund", "paid"}
+    | {"charge", "fare", "subtotal", "discount"}
+)
+_COUNT_WORDS: Final = frozenset(
+    {"baggages", "bags", "seats", "passengers", "count", "items", "nights", "days", "number"}
+)
+_PAIRS: Final = (("origin", "destination"), ("from", "to"))
+_LONG_TEXT: Final = 60  # characters of free text before it is quoted and shortened
+_TEXT_KEEP: Final = 60
+_DATE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}")
+_SELF_EVIDENT: Final = frozenset({"date", "price", "amount"})
+
+
+@attrs.frozen
+class Entry:
+    """One ledger line: ``- {key}: {text}``.
+
+    Attributes:
+        key: what it is about (``reservation H9ZU1C``).
+        text: its attributes, rendered compactly.
+        source: id of the message it came from ("" when unknown: read from an older summary).
+        listed: it came from a list of results (an option seen).
+    """
+
+    key: str
+    text: str
+    source: str = ""
+    listed: bool = False
+
+    @property
+    def line(self) -> str:
+        """The line in the summary."""
+        return f"- {self.key}: {self.text}" if self.text else f"- {self.key}"
+
+    @property
+    def ident(self) -> str | None:
+        """The identity in the key (``H9ZU1C`` of ``reservation H9ZU1C``, ``HAT097`` of
+        ``flight HAT097 2024-05-17``); ``None`` for a key naming a call or a note."""
+        words = self.key.split()
+        if len(words) < 2 or "(" in self.key:
+            return None
+        named = [w for w in words[1:] if not _DATE.match(w)]
+        return named[-1] if named else None
+
+
+def is_money_key(key: str) -> bool:
+    """``price``, ``total_amount``, ``prices`` are money; ``total_baggages`` is a count."""
+    words = set(re.split(r"[\W_]+", key.lower()))
+    return bool(words & _MONEY_WORDS) and not words & _COUNT_WORDS
+
+
+def label_of(key: str) -> str | None:
+    """``reservation_id`` → ``reservation``, ``flight_number`` → ``flight``, ``id`` → ``""``;
+    ``None`` when ``key`` does not name an identity."""
+    match = _ID_KEY.match(key)
+    if match is None:
+        return None
+    return (match.group("label") or "").replace("_", " ")
+
+
+def identity_of(record: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(key, label, value)`` of a record's identity: its first identity key with a short
+    scalar value; ``None`` when it has none."""
+    for key, value in record.items():
+        label = label_of(str(key))
+        if label is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str) and value.strip() and len(value) <= 80:
+            return str(key), label, value.strip()
+        if isinstance(value, int):
+            return str(key), label, str(value)
+    return None
+
+
+def _number(value: int | float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return str(int(value))
+
+
+def _scalar(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return ""
+    if isinstance(value, int | float):
+        return f"${_number(value)}" if is_money_key(key) else _number(value)
+    text = " ".join(str(value).split())
+    if len(text) > _LONG_TEXT:
+        return quote(text, _TEXT_KEEP)
+    return text
+
+
+def compact_value(value: Any, key: str = "", *, skip: frozenset[str] = frozenset()) -> str:
+    """``value`` (decoded JSON) rendered compactly: ``k=v, ...`` for an object (its ``skip``
+    keys left out; in parentheses when nested), ``[a; b]`` for a list, scalars as in the
+    module docstring."""
+    if isinstance(value, Mapping):
+        text, parts = _object(value, key, skip)
+        return f"({text})" if key and parts > 1 else text
+    if isinstance(value, list):
+        items = [compact_value(item, key) for item in value]
+        return "[" + "; ".join(i for i in items if i) + "]"
+    return _scalar(key, value)
+
+
+def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tuple[str, int]:
+    parts: list[str] = []
+    done = set(skip)
+    first, last = record.get("first_name"), record.get("last_name")
+    if isinstance(first, str) and isinstance(last, str):
+        parts.append(f"{first} {last}")
+        done |= {"first_name", "last_name"}
+    for a, b in _PAIRS:
+        start, end = record.get(a), record.get(b)
+        if isinstance(start, str) and isinstance(end, str) and len(start) + len(end) <= 24:
+            parts.append(f"{start}→{end}")
+            done |= {a, b}
+    for raw_key, value in record.items():
+        key = str(raw_key)
+        if key in done or value in (None, "", [], {}):
+            continue
+        # A price table ({"prices": {"economy": 112}}) is money under its own keys.
+        inner = owner if is_money_key(owner) and not is_money_key(key) else key
+        inner_skip: frozenset[str] = frozenset()
+        if isinstance(value, Mapping):
+            # {"credit_card_9879898": {"id": "credit_card_9879898", ...}}: the id once.
+            inner_skip = frozenset(
+                k for k, v in value.items() if v == key and label_of(str(k)) is not None
+            )
+        rendered = compact_value(value, inner, skip=inner_skip)
+        if not rendered:
+            continue
+        # In a nested record, an identity, a date or a price needs no name:
+        # flights=[(HAT097, 2024-05-17, $255)] rather than (flight_number=HAT097, ...).
+        bare = owner and (
+            (label_of(key) is not None and isinstance(value, str)) or key in _SELF_EVIDENT
+        )
+        parts.append(rendered if bare else f"{key}={rendered}")
+    return ", ".join(parts), len(parts)
+
+
+def facts_only(text: str, elsewhere: str = "") -> str:
+    """The short form of an entry's text: the parts that hold a fact (an id, an amount, a
+    date) or an ``A→B`` pair, at any depth, and the short plain values at the top
+    (``status=cancelled``); quoted text without a fact goes, a list of timestamps keeps its
+    newest, and a top-level value that ``elsewhere`` (the newer entries) also holds goes (an
+    owner's id or address repeated in every order). The text itself when nothing would be
+    left."""
+    kept = []
+    for part in _split(text, ", "):
+        short = _short_part(part, top=True)
+        value = short.partition("=")[2] or short
+        if short and not (elsewhere and len(value) >= _REPEATED and value in elsewhere):
+            kept.append(short)
+    return ", ".join(kept) if kept else text
+
+
+_NAMED: Final = re.compile(r"^([\w .-]{1,40})=(.*)$", re.DOTALL)
+_SHORT_PLAIN: Final = 24
+_REPEATED: Final = 8  # characters a value needs before it counts as repeated
+_STAMP: Final = re.compile(r"^\(?(?:[\w.-]+=)?\d{4}-\d{2}-\d{2}[T ][\d:]+\)?$")
+
+
+def _short_part(part: str, *, top: bool = False) -> str:
+    match = _NAMED.match(part)
+    name, value = (match.group(1), match.group(2)) if match else (None, part)
+    short = _short_value(value)
+    plain = len(value) <= _SHORT_PLAIN and value[:1] not in '"(['
+    # Kept when short: a plain value at the top (status=cancelled), an unnamed one inside
+    # (a passenger's name: what the record refers to).
+    if not short and plain and (name is None or top):
+        short = value
+    if not short:
+        return ""
+    return f"{name}={short}" if name else short
+
+
+def _short_value(value: str) -> str:
+    if value.startswith("[") and value.endswith("]"):
+        items = [i for i in (_short_value(i) for i in _split(value[1:-1], "; ")) if i]
+        if len(items) > 1 and all(_STAMP.match(i) for i in items):
+            items = items[-1:]  # a history of timestamps: its newest
+        return "[" + "; ".join(items) + "]" if items else ""
+    if value.startswith("(") and value.endswith(")"):
+        parts = [p for p in (_short_part(p) for p in _split(value[1:-1], ", ")) if p]
+        if not parts:
+            return ""
+        return parts[0] if len(parts) == 1 and "=" not in parts[0] else f"({', '.join(parts)})"
+    return value if has_fact(value) or "→" in value else ""
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside brackets and quotes."""
+    parts: list[str] = []
+    depth = start = 0
+    quoted = False
+    for index, char in enumerate(text):
+        if char == '"' and (index == 0 or text[index - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and char in "([":
+            depth += 1
+        elif not quoted and char in ")]":
+            depth -= 1
+        elif not quoted and depth == 0 and text.startswith(separator, index):
+            parts.append(text[start:index])
+            start = index + len(separator)
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def merge_text(old: str, new: str) -> str:
+    """The attributes of ``old`` updated by ``new``: a named part (``k=...``) of ``new``
+    replaces ``old``'s of the same name, other parts of ``new`` are added; ``old``'s other
+    parts stay (a profile read by one tool keeps what another tool said of it)."""
+    if not old:
+        return new
+    named_new: dict[str, str] = {}
+    plain_new: list[str] = []
+    for part in _split(new, ", "):
+        match = _NAMED.match(part)
+        if match:
+            named_new[match.group(1)] = part
+        else:
+            plain_new.append(part)
+    out: list[str] = []
+    for part in _split(old, ", "):
+        match = _NAMED.match(part)
+        if match and match.group(1) in named_new:
+            out.append(named_new.pop(match.group(1)))
+        elif match or part not in plain_new:
+            out.append(part)
+    out.extend(p for p in plain_new if p not in out)
+    out.extend(named_new.values())
+    return ", ".join(out)
+
+
+def json_entries(
+    value: Any, name: str, source: str, arguments: Mapping[str, Any] | None = None
+) -> list[Entry] | None:
+    """The ledger entries of a tool result decoded from JSON (module docstring); ``None``
+    when it holds no record (the caller then writes one entry for the call).
+
+    Args:
+        value: the decoded result.
+        name: the tool's name.
+        source: id of the tool message.
+        arguments: the call's decoded arguments: an identity among them names a result
+            that has none of its own (``get_user_details(user_id=...)`` → ``user ...``).
+    """
+    entries: list[Entry] = []
+    if isinstance(value, Mapping) and identity_of(value) is None and arguments:
+        asked = identity_of(arguments)
+        if asked is not None and value:
+            _key, label, ident = asked
+            text = compact_value(value)
+            entries.append(Entry(f"{label or name} {ident}", text, source))
+            return entries
+    _collect(value, name, source, entries, listed=False)
+    return entries or None
+
+
+def _collect(value: Any, owner: str, source: str, out: list[Entry], *, listed: bool) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _collect(item, owner, source, out, listed=listed or len(value) > 1)
+        return
+    if not isinstance(value, Mapping):
+        return
+    identity = identity_of(value)
+    if identity is None:
+        # A wrapper ({"orders": [...], "count": 3}): its records are the entries.
+        for key, item in value.items():
+            if isinstance(item, list | Mapping):
+                _collect(item, _singular(str(key)), source, out, listed=listed)
+        return
+    id_key, label, ident = identity
+    kind = label or _singular(owner) or "record"
+    when = next((str(v)[:10] for k, v in value.items() if k == "date" and _DATE.match(str(v))), "")
+    skip = frozenset({id_key, "date"} if when else {id_key})
+    key = f"{kind} {ident}" + (f" {when}" if when else "")
+    out.append(Entry(key, compact_value(value, skip=skip), source, listed))
+
+
+def _singular(word: str) -> str:
+    word = word.replace("_", " ").strip()
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def parse_json(text: str) -> Any:
+    """``text`` decoded when it is a JSON object or array, else ``None``."""
+    stripped = text.strip()
+    if stripped[:1] not in ("{", "[") or stripped[-1:] not in ("}", "]"):
+        return None
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+
+
+def merge(entries: Sequence[Entry], new: Sequence[Entry]) -> list[Entry]:
+    """``entries`` updated by ``new``, least recently seen first: an entry with a known key
+    replaces the old one (the newest state) and, like every new entry, goes last. A record
+    seen in a list does not replace the fuller form it was read with on its own."""
+    out = {entry.key: entry for entry in entries}
+    for entry in new:
+        old = out.pop(entry.key, None)
+        if old is None:
+            out[entry.key] = entry
+        elif entry.listed and not old.listed:
+            out[entry.key] = old
+        else:
+            out[entry.key] = attrs.evolve(entry, text=merge_text(old.text, entry.text))
+    return list(out.values())
