@@ -1,4 +1,4 @@
-"""``python -m benchmarks.memory_quality [--url STACK]... [--conversations N] [--seed S]``.
+"""``python -m benchmarks.memory_quality [--url STACK]... [--conversations N] [--tau N]``.
 
 The quality measure of ``chatlayers eval`` (:mod:`storage.eval.measure`) on the shipped
 tau-bench airline runs and on generated agent traffic (:mod:`benchmarks.traffic`), for each
@@ -47,12 +47,16 @@ def markdown(reports: list[EvalReport]) -> str:
     return "\n".join(lines)
 
 
-async def measure(urls: list[str], generated: int, seed: int, directory: Path) -> list[EvalReport]:
-    """Evaluate ``urls`` on the tau-bench file and ``generated`` generated conversations."""
-    files: list[Path] = [TAU_BENCH]
+async def measure(
+    urls: list[str], generated: int, seed: int, directory: Path, tau: int | None = None
+) -> list[EvalReport]:
+    """Evaluate ``urls`` on the tau-bench runs (the first ``tau``; all by default) and
+    ``generated`` generated conversations."""
+    conversations = read_conversations([TAU_BENCH])[:tau]
     if generated:
-        files.append(write_conversations(directory / "generated.openai.jsonl", generated, seed))
-    return await evaluate_urls(urls, read_conversations(files))
+        path = write_conversations(directory / "generated.openai.jsonl", generated, seed)
+        conversations += read_conversations([path])
+    return await evaluate_urls(urls, conversations)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         "--conversations", type=int, default=40, help="generated conversations (default 40)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated traffic")
+    parser.add_argument("--tau", type=int, default=None, help="only the first N tau-bench runs")
     args = parser.parse_args(argv)
     urls = args.url or list(DEFAULT_EVAL_URLS)
     with tempfile.TemporaryDirectory(prefix="chatlayers-quality-") as tmp:
-        reports = anyio.run(measure, urls, args.conversations, args.seed, Path(tmp))
+        reports = anyio.run(measure, urls, args.conversations, args.seed, Path(tmp), args.tau)
     print(markdown(reports))
     return 0
 

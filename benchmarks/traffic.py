@@ -346,7 +346,7 @@ class _Conversation:
         self.done.append(f"refund {refund_id} ({_money(amount)})")
 
     def buy(self) -> dict[str, Any]:
-        name, _, short = self.rng.choice(_PRODUCTS)
+        short = self.rng.choice(_PRODUCTS)[2]
         self.user(f"I also need a new {short}. What do you have?")
         found = []
         for product, price, _ in self.rng.sample(_PRODUCTS, 8):

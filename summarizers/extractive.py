@@ -315,10 +315,13 @@ class ExtractiveSummarizer:
             line = f"{call.name}({_arguments(call, previous)}) -> {outcome}"
             notes.add("done", line)
             _note_sources(line, message.id, sources)
-        elif entries is None and (text.strip() or call is None):
-            # A read whose result is not a record: one entry named after the call.
+        elif entries is None and not (call is not None and call.name.lower() == "think"):
+            # A read whose result is not a record: one entry named after the call (a think
+            # call's thought is among the assistant's lines).
             label = f"{name}({_arguments(call)})" if call is not None else name
-            result = quote(text, _TOOL_TEXT) if value is None else compact_value(value)
+            result = quote(text, _TOOL_TEXT) if value is None and text.strip() else ""
+            if value is not None:
+                result = compact_value(value)
             entries = [Entry(label.replace(": ", ":"), result or "(no result)", message.id, True)]
         if entries:
             notes.add_entries(entries)
@@ -369,16 +372,16 @@ def _sentences(text: str) -> list[str]:
 
 
 def _user_line(text: str, limit: int) -> str:
-    """The user's request plus every sentence of the message stating a fact, quoted."""
+    """The user's requests and questions, and every sentence of the message stating a fact,
+    in the message's order, quoted (at most twice ``limit`` characters inside the quotes)."""
     request = request_text(text, limit)
-    extra = [
-        s
+    picked = [
+        shorten(s, limit)
         for s in _sentences(text)
-        if has_fact(s) and shorten(s, limit) not in request and s not in request
+        if has_fact(s) or (s in request and not _GREETING.match(s))
     ]
-    if extra:
-        request = " ".join([request, *(shorten(s, limit) for s in extra)]).strip()
-    return quote(request) if request else ""
+    line = " ".join(picked) if picked else request
+    return quote(line, 2 * limit) if line else ""
 
 
 def _assistant_lines(text: str, limit: int, notes: Notes) -> list[str]:

@@ -145,7 +145,7 @@ def compact_value(value: Any, key: str = "", *, skip: frozenset[str] = frozenset
     module docstring."""
     if isinstance(value, Mapping):
         text, parts = _object(value, key, skip)
-        return f"({text})" if key and parts > 1 else text
+        return f"({text})" if key and (parts > 1 or "=" in text) else text
     if isinstance(value, list):
         items = [compact_value(item, key) for item in value]
         return "[" + "; ".join(i for i in items if i) + "]"
@@ -194,7 +194,9 @@ def facts_only(text: str, elsewhere: str = "") -> str:
     (``status=cancelled``); quoted text without a fact goes, a list of timestamps keeps its
     newest, and a top-level value that ``elsewhere`` (the newer entries) also holds goes (an
     owner's id or address repeated in every order). The text itself when nothing would be
-    left."""
+    left, or when it states no fact at all."""
+    if not has_fact(text):
+        return text
     kept = []
     for part in _split(text, ", "):
         short = _short_part(part, top=True)
@@ -274,10 +276,7 @@ def merge_text(old: str, new: str) -> str:
     out: list[str] = []
     for part in _split(old, ", "):
         match = _NAMED.match(part)
-        if match and match.group(1) in named_new:
-            out.append(named_new.pop(match.group(1)))
-        elif match or part not in plain_new:
-            out.append(part)
+        out.append(named_new.pop(match.group(1)) if match and match.group(1) in named_new else part)
     out.extend(p for p in plain_new if p not in out)
     out.extend(named_new.values())
     return ", ".join(out)

@@ -51,18 +51,19 @@ SAID_LINES: Final = 3
 """The assistant's lines kept (the newest): its decisions, commitments and questions."""
 _HEADINGS: Final = {heading: name for name, heading in SECTIONS.items()}
 _OMITTED: Final = "- … (older lines omitted)"
-# When the body is over its budget, a line's worth per character decides what goes: the
-# facts it alone states (each fact shared by k lines counts 1/k), plus what its section is
-# worth on its own (a request, an action, an open question matter without facts), weighted
-# by recency within its section (the newest line counts 1.5 times the oldest).
+# When the body is over its budget, a line's worth per character decides what goes: what its
+# section is worth on its own (a request, an action, an open question matter without facts),
+# plus the facts it alone states (each fact shared by k lines counts 1/k) times what a fact
+# is worth in its section (an option's facts were only seen, not used), weighted by recency
+# within its section (the newest line counts 1.5 times the oldest).
 _WORTH: Final = {
-    "open": 3.0,
-    "requests": 1.0,
-    "done": 2.0,
-    "ledger": 0.5,
-    "notes": 0.3,
-    "said": 0.2,
-    "options": 0.0,
+    "open": (3.0, 1.0),
+    "requests": (1.0, 1.0),
+    "done": (2.0, 1.0),
+    "ledger": (0.5, 1.0),
+    "notes": (0.3, 1.0),
+    "said": (0.2, 1.0),
+    "options": (0.0, 0.25),
 }
 
 
@@ -180,19 +181,20 @@ class Notes:
         return body
 
     def _drop_one(self) -> bool:
-        """Drop the line with the least worth per character; False when none is left."""
+        """Drop the line with the least worth per character; False when one line is left."""
         lines: list[tuple[str, int, str]] = []
         for name in _WORTH:
             rendered = self._lines(name)
             lines.extend((name, index, line) for index, line in enumerate(rendered))
-        if not lines:
-            return False
+        if len(lines) <= 1:
+            return False  # the last line is cut, not dropped
         facts = [set(fact_keys(line)) for _, _, line in lines]
         shared = Counter(fact for found in facts for fact in found)
         sizes = {name: len(self._lines(name)) for name in _WORTH}
         best: tuple[float, int] | None = None
         for position, ((name, index, line), found) in enumerate(zip(lines, facts, strict=True)):
-            worth = _WORTH[name] + sum(1 / shared[fact] for fact in found)
+            alone, per_fact = _WORTH[name]
+            worth = alone + per_fact * sum(1 / shared[fact] for fact in found)
             worth *= 1 + 0.5 * (index + 1) / sizes[name]
             score = worth / (len(line) + 1)
             if best is None or score < best[0]:

@@ -197,7 +197,9 @@ def test_build_result_keeps_system_prompt_and_records_what_it_covers() -> None:
     summary = result[0]
     assert summary.role == "user"
     assert summary.text == f"{SYSTEM}\n\n{SUMMARY_HEADING}\nBODY"
-    assert dict(summary.metadata["chatlayers"]) == {
+    meta = dict(summary.metadata["chatlayers"])
+    sources = meta.pop("sources")
+    assert meta == {
         "summary": True,
         "summarizer": "x",
         "summarized": 2,
@@ -205,11 +207,22 @@ def test_build_result_keeps_system_prompt_and_records_what_it_covers() -> None:
         "system_chars": len(SYSTEM),
         "model": "m",
     }
+    assert list(sources["covers"]) == [m.id for m in a]
+    assert dict(sources["facts"]) == {}
     assert summary.created_at == ts
     # The next round splits the system prompt off again, exactly.
     again = plan_summary([summary, *text_turn("C"), *text_turn("D")], 1)
     assert again is not None
     assert (again.system_prompt, again.prior_text, again.prior_count) == (SYSTEM, "BODY", 2)
+    assert again.prior_id == summary.id
+    # A later summary covers the prior's messages too, oldest first.
+    later = build_result(again, "BODY 2", role="user", summarizer="x", facts={"A1": a[0].id})
+    later_sources = later[0].metadata["chatlayers"]["sources"]
+    assert list(later_sources["covers"]) == [
+        *(m.id for m in a),
+        *(m.id for m in again.to_summarize),
+    ]
+    assert dict(later_sources["facts"]) == {"A1": a[0].id}
 
 
 def test_render_message_tool_calls_none_content_and_parts() -> None:

@@ -1,0 +1,117 @@
+"""``chatlayers eval``: the quality measure through the command a user runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.cli import main
+from storage.eval.measure import DEFAULT_EVAL_URLS
+from tests.paths import REPO
+
+TAU = REPO / "examples" / "data" / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CHATLAYERS_URL", raising=False)
+    monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def few(tmp_path: Path, count: int = 6) -> Path:
+    path = tmp_path / "few.openai.jsonl"
+    path.write_text("\n".join(TAU.read_text().splitlines()[:count]) + "\n")
+    return path
+
+
+def check_consistent(figures: dict[str, Any], conversations: int) -> None:
+    assert figures["conversations"] == conversations
+    assert 0 <= figures["summarized"] <= conversations
+    for kept in ("kept_view", "kept_truncation", "kept_last_n"):
+        assert 0 <= figures[kept] <= figures["facts"]
+    if figures["facts"]:
+        assert figures["retention"] == figures["kept_view"] / figures["facts"]
+        assert figures["truncation_retention"] == figures["kept_truncation"] / figures["facts"]
+    assert sum(figures["missed"].values()) <= figures["facts"] - figures["kept_view"]
+    assert figures["view_tokens"] <= figures["raw_tokens"]
+    if figures["summarized"]:
+        assert figures["summarizer_calls"] >= figures["summarized"]
+        assert figures["summarized_view_tokens"] < figures["summarized_raw_tokens"]
+
+
+def test_default_stacks_on_a_few_conversations_give_consistent_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "eval", str(few(tmp_path)), "--json")
+    assert code == 0, err
+    reports = json.loads(out)
+    assert [r["stack"] for r in reports] == list(DEFAULT_EVAL_URLS)
+    for report in reports:
+        (figures,) = report["sets"].values()
+        check_consistent(figures, 6)
+        assert figures["points"] > 0
+        assert report["total"] == figures
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["few.openai.jsonl"]  # nothing kept
+
+
+def test_shipped_tau_bench_runs_keep_their_facts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "eval", str(TAU), "--json")
+    assert code == 0, err
+    for report in json.loads(out):
+        figures = report["total"]
+        check_consistent(figures, 50)
+        # The default summarizer keeps what the next message needs, far more than truncation
+        # to the same characters keeps (the README's table has the figures).
+        assert figures["retention"] >= 0.95, report["stack"]
+        assert figures["retention"] >= figures["truncation_retention"] + 0.1, report["stack"]
+        assert figures["view_ratio"] <= 0.7
+
+
+def test_several_urls_a_table_and_a_plain_stack_without_points(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = few(tmp_path, 3)
+    code, out, err = run(
+        capsys,
+        "eval",
+        str(path),
+        "--url",
+        "summarize?trigger_at=4::sqlite:///mine.db",
+        "--url",
+        "memory://",
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "chatlayers eval"
+    assert lines[1].split()[:4] == ["stack", "set", "conversations", "summarized"]
+    assert lines[2].startswith("summarize?trigger_at=4::sqlite:///mine.db  few ")
+    assert lines[3].split()[:5] == ["memory://", "few", "3", "0", "0"]  # never compacted
+    assert "retention:" in err  # what the columns mean, for a person
+    assert not (tmp_path / "mine.db").exists()  # a fresh store elsewhere, removed after
+
+
+def test_a_server_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "eval", str(few(tmp_path, 1)), "--url", "redis://:pw@h:1/0")
+    assert code == 1
+    assert "fresh stores" in err
+    assert "pw" not in err
+
+
+def test_url_before_the_command_is_one_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "--url", "memory://", "eval", str(few(tmp_path, 1)), "--json")
+    assert code == 0, err
+    assert [r["stack"] for r in json.loads(out)] == ["memory://"]
