@@ -46,6 +46,7 @@ from summarizers.render import (
     plan_summary,
     prior_facts,
     shorten,
+    source_text,
 )
 
 __all__ = ["OMITTED", "SUMMARY_ROLES", "ExtractiveSummarizer", "is_action", "request_text"]
@@ -227,6 +228,7 @@ class ExtractiveSummarizer:
         for segment in ([prefix] if prefix else []) + turns:
             self._turn(segment, notes, sources, previous)
         _placeholders(notes, plan.to_summarize)
+        notes.focus(" ".join(source_text(m) for m in plan.kept))
         last = plan.to_summarize[-1]
         if last.role == "assistant" and content_text(last).rstrip().endswith("?"):
             question = _last_question(content_text(last), self.sentence_chars)

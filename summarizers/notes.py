@@ -31,7 +31,7 @@ from typing import Final
 
 import attrs
 
-from summarizers.facts import fact_keys
+from summarizers.facts import fact_key, fact_keys, fact_spans
 from summarizers.ledger import Entry, facts_only, merge
 
 __all__ = ["PREAMBLE", "SECTIONS", "Notes"]
@@ -67,6 +67,10 @@ _WORTH: Final = {
 }
 
 
+def _dates(text: str) -> set[str]:
+    return {fact_key(kind, text[a:b]) for kind, a, b in fact_spans(text) if kind == "date"}
+
+
 @attrs.define
 class Notes:
     """The sections of one summary (see the module docstring)."""
@@ -82,7 +86,8 @@ class Notes:
 
     @classmethod
     def parse(cls, body: str) -> Notes:
-        """The notes of a prior summary body (``""``: none)."""
+        """The notes of a prior summary body (``""``: none). Lines this module did not write
+        (another heading, free text) are kept verbatim under ``Earlier notes:``."""
         notes = cls()
         section = "notes"
         for raw in body.splitlines():
@@ -91,15 +96,19 @@ class Notes:
                 continue
             if line in _HEADINGS:
                 section = _HEADINGS[line]
-                continue
-            if line == _OMITTED:
+            elif line == _OMITTED:
                 notes.omitted = True
-                continue
-            if section in ("ledger", "options") and line.startswith("- "):
+            elif not line.startswith("- "):
+                if line.endswith(":"):
+                    section = "notes"  # another summary's heading: its lines are notes
+                notes.notes.append(line)
+            elif section in ("ledger", "options"):
                 key, _, text = line[2:].partition(": ")
                 getattr(notes, section).append(Entry(key, text, listed=section == "options"))
+            elif section == "notes":
+                notes.notes.append(line)
             elif section != "open":  # what was open is decided again each round
-                notes.add(section, line.removeprefix("- ") if section != "notes" else line)
+                notes.add(section, line[2:])
         return notes
 
     def add(self, section: str, line: str) -> None:
@@ -137,6 +146,20 @@ class Notes:
                 self.options = [e for e in self.options if e not in picked]
                 self.ledger = merge(self.ledger, [attrs.evolve(e, listed=False) for e in picked])
 
+    def focus(self, text: str) -> None:
+        """What the conversation is about now (``text``: the turns kept verbatim after the
+        summary) is cut last: the entries it names by identity or by a date they hold move
+        to the end, options it names to the ledger."""
+        self.touch(text, choose=True)
+        dates = _dates(text)
+        if not dates:
+            return
+        for name in ("ledger", "options"):
+            entries: list[Entry] = getattr(self, name)
+            near = [e for e in entries if _dates(e.text) & dates]
+            if near:
+                setattr(self, name, [e for e in entries if e not in near] + near)
+
     def render(self) -> str:
         """The body text."""
         out = [PREAMBLE]
@@ -163,43 +186,58 @@ class Notes:
         the least worth per character first (see ``_WORTH``); the text itself is cut as a
         last resort."""
         body = self.render()
+        size = len(body)
         for name in ("options", "ledger"):
             entries: list[Entry] = getattr(self, name)
             for index, entry in enumerate(entries):
-                if len(body) <= max_chars:
-                    return body
+                if size <= max_chars:
+                    return self.render()
                 newer = " ".join(e.line for e in entries[index + 1 :])
                 short = facts_only(entry.text, newer)
-                if short != entry.text:
-                    entries[index] = attrs.evolve(entry, text=short)
-                    body = self.render()
-        while len(body) > max_chars and self._drop_one():
-            self.omitted = True
+                size -= len(entry.text) - len(short)
+                entries[index] = attrs.evolve(entry, text=short)
+        body = self.render()
+        if len(body) > max_chars:
+            self._drop(len(body) - max_chars)
             body = self.render()
         if len(body) > max_chars:
             body = body[: max_chars - 1].rstrip() + "…"
         return body
 
-    def _drop_one(self) -> bool:
-        """Drop the line with the least worth per character; False when one line is left."""
-        lines: list[tuple[str, int, str]] = []
-        for name in _WORTH:
-            rendered = self._lines(name)
-            lines.extend((name, index, line) for index, line in enumerate(rendered))
-        if len(lines) <= 1:
-            return False  # the last line is cut, not dropped
+    def _drop(self, excess: int) -> None:
+        """Drop lines, the least worth per character first (each fact's share recounted
+        after every drop), until ``excess`` characters are gone or one line is left."""
+        lines = [
+            (name, index, line) for name in _WORTH for index, line in enumerate(self._lines(name))
+        ]
         facts = [set(fact_keys(line)) for _, _, line in lines]
         shared = Counter(fact for found in facts for fact in found)
         sizes = {name: len(self._lines(name)) for name in _WORTH}
-        best: tuple[float, int] | None = None
-        for position, ((name, index, line), found) in enumerate(zip(lines, facts, strict=True)):
-            alone, per_fact = _WORTH[name]
-            worth = alone + per_fact * sum(1 / shared[fact] for fact in found)
-            worth *= 1 + 0.5 * (index + 1) / sizes[name]
-            score = worth / (len(line) + 1)
-            if best is None or score < best[0]:
-                best = (score, position)
-        assert best is not None
-        name, index, _ = lines[best[1]]
-        getattr(self, name).pop(index)
-        return True
+        left = {name: count for name, count in sizes.items()}
+        alive = set(range(len(lines)))
+        if not self.omitted:
+            excess += len(_OMITTED) + 1
+            self.omitted = True
+        while excess > 0 and len(alive) > 1:
+            best: tuple[float, int] | None = None
+            for position in alive:
+                name, index, line = lines[position]
+                alone, per_fact = _WORTH[name]
+                worth = alone + per_fact * sum(1 / shared[f] for f in facts[position])
+                worth *= 1 + 0.5 * (index + 1) / sizes[name]
+                score = worth / (len(line) + 1)
+                if best is None or score < best[0]:
+                    best = (score, position)
+            assert best is not None
+            position = best[1]
+            alive.discard(position)
+            shared.subtract(facts[position])
+            name = lines[position][0]
+            excess -= len(lines[position][2]) + 1
+            left[name] -= 1
+            if not left[name]:
+                excess -= len(SECTIONS[name]) + 1  # the heading goes too
+        dropped = {(lines[p][0], lines[p][1]) for p in range(len(lines)) if p not in alive}
+        for name in _WORTH:
+            items: list[object] = getattr(self, name)
+            items[:] = [item for i, item in enumerate(items) if (name, i) not in dropped]

@@ -7,7 +7,8 @@ kept verbatim. :func:`build_result` makes the new buffer ``[summary] + kept turn
 The conversation's leading system prompt (the agent's instructions) is never summarized: it is
 kept verbatim at the head of the summary text, and the summary's metadata records its length
 (``system_chars``) so the next round can split it off again. Only the summary's body is
-rewritten round after round.
+rewritten round after round. The metadata also grounds the summary (``sources``): the ids of
+the messages it covers, all rounds, and the message each fact it states came from.
 """
 
 from __future__ import annotations

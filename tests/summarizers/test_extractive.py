@@ -454,3 +454,44 @@ async def test_instructions_in_tool_results_and_user_text_stay_quoted_data() -> 
         for line in section(result[0], "Options seen:")
     )
     assert result[0].role == "system"  # the place it is read from is unchanged: the view's
+
+
+@pytest.mark.anyio
+async def test_a_prior_summary_of_another_shape_is_kept_as_earlier_notes() -> None:
+    # A checkpoint from the previous summarizer, or the LLM's headings: nothing is lost.
+    for prior_body in (
+        "- user: Cancel ABC123?\n- tool: cancel(id=ABC123) -> ok\n"
+        "- facts: a <EMAIL_ADDRESS_3f9a2c1d>",
+        "Requests:\n- cancel ABC123\nLedger:\n- reservation ABC123: cancelled\nOpen items:\n- none",
+    ):
+        prior = ChatMessage(
+            "system",
+            f"{SUMMARY_HEADING}\n{prior_body}",
+            metadata={"chatlayers": {"summary": True, "summarized": 4}},
+        )
+        result = await ExtractiveSummarizer()([prior, *text_turn("A"), *text_turn("B")], 1)
+        text = body(result[0])
+        for line in prior_body.splitlines():
+            assert line in text.splitlines(), line
+        assert '- "Question A?"' in section(result[0], "User requests:")
+        assert result[0].metadata["chatlayers"]["summarized"] == 6
+
+
+@pytest.mark.anyio
+async def test_what_the_kept_turns_talk_about_is_cut_last() -> None:
+    reads = [call("get_order", n, order_id=f"ORD-{n:05d}") for n in range(8)]
+    turn: list[ChatMessage] = [user("Show me all my orders.")]
+    for n, read in enumerate(reads):
+        order = {"order_id": f"ORD-{n:05d}", "placed_on": f"2024-02-{n + 10}", "total": 100 + n}
+        turn += [assistant(None, read), tool(read, json.dumps(order))]
+    turn.append(assistant("Those are your eight orders."))
+    summarize = ExtractiveSummarizer(max_chars=400)
+    # The kept turn names the oldest order by its date: it stays, newer ones go first.
+    kept = [user("Return the order of February 10."), assistant("ORD-00000, right?")]
+    result = await summarize(history(turn, kept), 1)
+    ledger = "\n".join(section(result[0], "Ledger:"))
+    assert "order ORD-00000" in ledger
+    assert "order ORD-00001" not in ledger
+    # Without that turn, the oldest is the first to go.
+    plain = await summarize(history(turn, text_turn("B")), 1)
+    assert "order ORD-00000" not in "\n".join(section(plain[0], "Ledger:"))
