@@ -7,12 +7,13 @@ characters and of the newest messages matched to the view's message count, raw a
 tokens, view/raw of the summarized conversations, and summarizer calls. Without ``--url`` it
 measures :data:`storage.eval.measure.DEFAULT_EVAL_URLS` (a token and a pair budget);
 ``CHATLAYERS_URL`` and ``CHATLAYERS_CONFIG`` are not read (eval never touches a deployment's
-store).
+store). ``--facts MODULE:CALLABLE`` replaces the fact extractor.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from storage.cli.conversation_file import read_conversations
 from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
+from storage.errors import ConfigError
+from storage.eval.facts import FactExtractor, extract_facts
 from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate_urls
 
-__all__ = ["COLUMNS", "report_rows"]
+__all__ = ["COLUMNS", "load_extractor", "report_rows"]
 
 COLUMNS = (
     "stack",
@@ -83,7 +86,32 @@ def _sources(args: argparse.Namespace) -> list[str | Path]:
     return sources or list(DEFAULT_EVAL_URLS)
 
 
+def load_extractor(name: str | None) -> FactExtractor:
+    """The fact extractor ``module:callable`` names (default
+    :func:`storage.eval.facts.extract_facts`).
+
+    Raises:
+        ConfigError: not ``module:callable``, the module cannot be imported, or the name is
+            not a callable in it.
+    """
+    if not name:
+        return extract_facts
+    module_name, _, attribute = name.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"--facts must be MODULE:CALLABLE, got {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--facts {name!r}: cannot import {module_name!r}: {exc}") from exc
+    found = getattr(module, attribute, None)
+    if not callable(found):
+        raise ConfigError(f"--facts {name!r}: {module_name} has no callable {attribute!r}")
+    extractor: FactExtractor = found
+    return extractor
+
+
 async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
+    extractor = load_extractor(args.facts)
     conversations = read_conversations(args.files)
     sources = _sources(args)
     total = sum(len(c.messages) for c in conversations) * len(sources)
@@ -92,7 +120,9 @@ async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
         f"{plural(len(conversations), 'conversation')} (fresh stores, nothing is kept)"
     )
     with out.progress("replaying", total) as advance:
-        reports = await evaluate_urls(sources, conversations, model=args.model, on_message=advance)
+        reports = await evaluate_urls(
+            sources, conversations, extractor=extractor, model=args.model, on_message=advance
+        )
     if out.json_mode:
         out.json(
             [
@@ -121,6 +151,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--model", default="gpt-4o", help="model whose tokenizer counts tokens (default gpt-4o)"
+    )
+    p.add_argument(
+        "--facts",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help="what counts as a fact: a callable text -> set of str "
+        "(default storage.eval.facts:extract_facts)",
     )
 
 

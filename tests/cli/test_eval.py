@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,31 @@ def test_url_before_the_command_is_one_stack(
     code, out, err = run(capsys, "--url", "memory://", "eval", str(few(tmp_path, 1)), "--json")
     assert code == 0, err
     assert [r["stack"] for r in json.loads(out)] == ["memory://"]
+
+
+def test_facts_replaces_the_extractor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_facts.py").write_text(
+        "import re\n"
+        "def codes(text):  # six capitals and digits: reservation ids, flight numbers\n"
+        "    return set(re.findall(r'\\b(?=[A-Z]*[0-9])[A-Z0-9]{6}\\b', text))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = few(tmp_path, 12)
+    url = "summarize?trigger_at=6::memory://"
+    code, out, err = run(capsys, "eval", str(path), "--url", url, "--json")
+    assert code == 0, err
+    default = json.loads(out)[0]["total"]
+    code, out, err = run(
+        capsys, "eval", str(path), "--url", url, "--facts", "my_facts:codes", "--json"
+    )
+    assert code == 0, err
+    mine = json.loads(out)[0]["total"]
+    assert mine["points"] == default["points"]  # the same replay...
+    assert 0 < mine["facts"] < default["facts"]  # ...other facts: only the codes
+    assert all(re.fullmatch(r"[A-Z0-9]{6}", fact) for fact in mine["missed"])
+    for bad in ("my_facts", "nowhere_at_all:x", "my_facts:absent"):
+        code, _, err = run(capsys, "eval", str(path), "--facts", bad)
+        assert code == 1, bad
+        assert "--facts" in err
