@@ -148,7 +148,10 @@ class SessionInfo:
         agents: agent ids holding messages in it, sorted.
         message_count: raw messages in it, all agents together.
         first_at: ``created_at`` of its oldest message (UTC).
-        last_at: ``created_at`` of its newest message (UTC): the sort key, newest first.
+        last_at: the session's last activity, the sort key (newest first): the newest
+            ``created_at`` saved to it while it held messages (UTC). Deleting some of its
+            messages (a conversation of it, a purge) does not lower it, so a listing paged by
+            cursor never meets a session twice; it is forgotten when the session holds none.
     """
 
     session_id: str
@@ -325,8 +328,14 @@ class SessionListing(Protocol):
     ) -> SessionPage:
         """The user's sessions, newest activity first (``last_at`` desc, then ``session_id``).
 
+        Cursors are keysets: a page holds the sessions after the cursor's ``(last_at,
+        session_id)``. Sessions untouched while paging come exactly once; one that gained
+        messages meanwhile may move before the cursor (not listed again), and one that lost
+        messages keeps its place (``SessionInfo.last_at``).
+
         Raises:
-            InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.
+            InvalidArgumentError: ``limit`` < 1 or a cursor this store did not make (forged,
+                truncated, out of range).
         """
         ...
 
@@ -370,7 +379,12 @@ class RetentionStorage(Protocol):
     async def purge(self, *, now: datetime | None = None) -> int:
         """Delete messages older than ``now - retention`` (default ``now``: the store's
         clock), with the checkpoints of the keys they belonged to; return how many messages
-        were deleted (0 when the store has no retention)."""
+        were deleted (0 when the store has no retention).
+
+        Tool groups go whole (:func:`storage.history.whole_tool_groups`): when any message
+        of an assistant's tool calls and their results is older than the cut-off, the whole
+        group goes, so the record never holds a result without its call or a call without
+        its results."""
         ...
 
 

@@ -10,6 +10,7 @@ import pytest
 from storage.protocol import ChatStorage
 from storage.testing.ability_tests import AbilityTests
 from storage.testing.differential_tests import DifferentialTests
+from storage.testing.fault_tests import FaultTests
 from storage.testing.harness import LAYERINGS, ServerControl, StoreHarness, open_store
 from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
@@ -19,7 +20,7 @@ __all__ = ["ConformanceSuite"]
 
 
 class ConformanceSuite(
-    ProtocolTests, AbilityTests, DifferentialTests, LayerPathTests, ReliabilityTests
+    ProtocolTests, AbilityTests, DifferentialTests, FaultTests, LayerPathTests, ReliabilityTests
 ):
     """The conformance kit: subclass it as ``TestSomething`` and give a ``harness`` fixture.
 
