@@ -20,8 +20,9 @@ tail with :data:`TORN_MARK` (just a newline when it is a whole record that only 
 
 Format versions: the header's ``hdr`` and each message line's ``v`` (the codec's) are 1. A
 header or line of a newer version (written by a newer chatlayers) raises
-``SchemaVersionError`` wherever it is read, by readers and by the writer before it appends,
-so such a file is never misread nor written into.
+``SchemaVersionError`` wherever it is read (a line by every read that reaches it, the header
+by whole reads, heads and tails after a sequence number) and by the writer before it
+appends, so such a file is never misread nor written into.
 
 This module writes lines (:func:`format_batch`), parses them (fully, or only the head and id
 for the writer's duplicate check), splits a file or a buffer into lines, and keeps the valid
