@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,26 +46,26 @@ async def test_an_unreadable_checkpoint_is_logged_once_and_counted(
 ) -> None:
     harness = HARNESSES[name][0](tmp_path, request)
     assert harness.damage is not None
-    store = await open_store(harness.open)
+    store: Any = await open_store(harness.open)
     try:
         layer = SummarizingChatStorage(store, trigger_at=2, keep_last=1)
         await layer.save_messages(KEY, _history())
         assert (await layer.fetch(KEY))[0].is_summary
-        assert getattr(store, "corrupt_derived") == 0
+        assert store.corrupt_derived == 0
         await call_hook(harness.damage, "checkpoint-json", KEY)
         caplog.set_level(logging.WARNING, "storage.stores.derived")
         for _ in range(5):
-            assert await getattr(store, "load_checkpoint")(KEY) is None
+            assert await store.load_checkpoint(KEY) is None
         logged = [r for r in caplog.records if r.name == "storage.stores.derived"]
         assert len(logged) == 1, [r.getMessage() for r in logged]
         assert "checkpoint" in logged[0].getMessage()
-        assert getattr(store, "corrupt_derived") >= 1
-        assert getattr(store, "derived_log").kinds["checkpoint"] >= 1
+        assert store.corrupt_derived >= 1
+        assert store.derived_log.kinds["checkpoint"] >= 1
         # A new worker serves the record and rewrites the checkpoint; reading it is quiet again.
         view = await SummarizingChatStorage(store, trigger_at=2, keep_last=1).fetch(KEY)
         assert view[0].is_summary
         caplog.clear()
-        assert await getattr(store, "load_checkpoint")(KEY) is not None
+        assert await store.load_checkpoint(KEY) is not None
         assert not [r for r in caplog.records if r.name == "storage.stores.derived"]
     finally:
         await store.aclose()

@@ -20,6 +20,12 @@ pytestmark = pytest.mark.anyio
 KEY = ChatKey("u", "s", "a")
 
 
+def _edit(root: Path, old: bytes, new: bytes) -> None:
+    (data,) = root.rglob("*.jsonl")
+    assert old in data.read_bytes()
+    data.write_bytes(data.read_bytes().replace(old, new))
+
+
 def _files(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
@@ -36,9 +42,7 @@ async def test_a_newer_file_is_refused_and_left_untouched(
 ) -> None:
     async with JsonlChatStorage(tmp_path) as store:
         await store.save_messages(KEY, [ChatMessage("user", "q"), ChatMessage("assistant", "a")])
-    (data,) = tmp_path.rglob("*.jsonl")
-    assert old in data.read_bytes()
-    data.write_bytes(data.read_bytes().replace(old, new))
+    _edit(tmp_path, old, new)
     before = _files(tmp_path)
     async with JsonlChatStorage(tmp_path) as store:
         reads: list[Callable[[], Awaitable[object]]] = [
@@ -48,10 +52,9 @@ async def test_a_newer_file_is_refused_and_left_untouched(
             lambda: store.fetch_all_chats("u", "s"),
             lambda: store.search("u", "q"),
         ]
-        for n, read in enumerate(reads):
+        for read in reads:
             with pytest.raises(SchemaVersionError, match="newer"):
                 await read()
-                pytest.fail(f"read {n} did not refuse the newer file")
         if old == b'"v":1,':  # a tail read reads lines only (the header is the head's)
             with pytest.raises(SchemaVersionError):
                 await store.fetch(KEY, limit=1)
