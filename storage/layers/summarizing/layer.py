@@ -427,7 +427,11 @@ class SummarizingChatStorage(
             # The hot path: one head read, nothing changed, the view served from memory.
             self._states.bump(key)
             grew = False
-            if self._coherent or self._recheck_due(state):
+            if self._coherent or (
+                self._recheck is not None
+                and self._clock() >= state.recheck_at
+                and self._recheck_due(state)
+            ):
                 head = await store.head(key)
                 known = state.head
                 if (
