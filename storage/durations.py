@@ -2,7 +2,9 @@
 
 One parser for every option that is a length of time (retention, TTLs, intervals), so a
 URL (``?retention=30d``), a TOML file (``retention = "30d"`` or ``retention = 2592000``) and
-code (``timedelta(days=30)``) all mean the same thing.
+code (``timedelta(days=30)``) all mean the same thing. ``Duration`` and ``PositiveDuration``
+are the annotations of such options: they carry their check (:mod:`storage.checked`), so
+config reports a bad value with every other problem of the configuration.
 """
 
 from __future__ import annotations
@@ -10,11 +12,18 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Final
+from typing import Annotated, Final, TypeAlias
 
+from storage.checked import Check
 from storage.errors import InvalidArgumentError
 
-__all__ = ["UNITS", "parse_duration"]
+__all__ = [
+    "UNITS",
+    "Duration",
+    "PositiveDuration",
+    "parse_duration",
+    "parse_positive_duration",
+]
 
 UNITS: Final = {
     "ms": 0.001,
@@ -64,3 +73,21 @@ def parse_duration(value: int | float | str | timedelta) -> float:
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise InvalidArgumentError(f"a duration must be finite and >= 0, got {value!r}")
     return seconds
+
+
+def parse_positive_duration(value: int | float | str | timedelta) -> float:
+    """A duration in seconds that must be more than zero (an interval, a TTL).
+
+    Raises:
+        InvalidArgumentError: what :func:`parse_duration` refuses, or zero.
+    """
+    seconds = parse_duration(value)
+    if not seconds > 0:
+        raise InvalidArgumentError(f"a duration must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+#: An option that is a duration >= 0: seconds, a string such as ``"30d"`` or a ``timedelta``.
+Duration: TypeAlias = Annotated[float | str | timedelta, Check(parse_duration)]
+#: An option that is a duration > 0.
+PositiveDuration: TypeAlias = Annotated[float | str | timedelta, Check(parse_positive_duration)]

@@ -2,7 +2,11 @@
 
 litellm is imported on the first call only, in a worker thread (its import takes seconds and
 would otherwise block the event loop), with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so it never
-fetches its price list. ``import summarizers`` never imports it.
+fetches its price list. ``import summarizers`` never imports it. When the summarizer first
+loads it (imported here or by the application), it sets ``litellm.suppress_debug_info =
+True``: litellm would otherwise print its "Give Feedback / Get Help" banner to stdout on every
+failed call; a failure reaches the caller as ``SummarizerError`` with litellm's exception as
+its cause.
 
 Backends: litellm's async client is asyncio-only, so on asyncio the request is
 ``litellm.acompletion``; on any other anyio backend (trio) it is the same request through the
@@ -247,10 +251,17 @@ def _import_litellm() -> ModuleType:
     return importlib.import_module("litellm")
 
 
+_quieted = False  # litellm's debug banner turned off (once, so a later choice stands)
+
+
 async def _load_litellm() -> ModuleType:
+    global _quieted
     module = sys.modules.get("litellm")
     if module is None:
         module = await anyio.to_thread.run_sync(_import_litellm)
+    if not _quieted:
+        setattr(module, "suppress_debug_info", True)  # noqa: B010 (mypy sees a ModuleType)
+        _quieted = True
     return module
 
 

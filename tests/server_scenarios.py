@@ -1,8 +1,9 @@
 """Scenarios every server store must survive (Redis, Redis Cluster, PostgreSQL).
 
-Shared by tests/stores/redis/test_store.py and tests/stores/postgres/test_store.py: concurrent writers
-(tasks in one process through two store instances, and two processes), a server killed in
-the middle of a run and restarted, and a differential check against the in-memory store.
+Shared by tests/stores/redis/test_store.py and tests/stores/postgres/test_store.py:
+concurrent writers (tasks in one process through two store instances, and two processes),
+a server killed in the middle of a run and restarted, and a differential check against
+the in-memory store.
 
 Run as a module it is the writer process of the two-process scenario::
 

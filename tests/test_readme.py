@@ -45,3 +45,41 @@ def test_readme_example_runs(block: str, tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+EXPORT_DEFAULTS = re.compile(
+    r"By default `jsonl` and `json` export the (raw record|model view) and `md` the "
+    r"(raw record|model view); `--raw` or `--model-view` picks either for any format"
+)
+
+
+def test_readme_says_what_each_export_format_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.cli import main
+
+    monkeypatch.setenv("CHATLAYERS_PII_SECRET", "readme")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `chatlayers export"))
+    documented = EXPORT_DEFAULTS.search(row)
+    assert documented is not None, row
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        '{"user_id": "u", "session_id": "s", "messages": [{"role": "user", "content": "hi"}, '
+        '{"role": "assistant", "content": "hello"}]}\n'
+    )
+    url = f"summarize::sqlite:///{tmp_path}/c.db"
+    assert main(["import", "--url", url, str(source)]) == 0
+    summary = ["compact", "--url", url, "--user", "u", "--session", "s", "--summary", "Greeted."]
+    assert main(summary) == 0  # now the view (1 message) differs from the record (2)
+    capsys.readouterr()
+    for fmt, default in (("jsonl", documented[1]), ("json", documented[1]), ("md", documented[2])):
+        for flag, view in (
+            ([], default),
+            (["--raw"], "raw record"),
+            (["--model-view"], "model view"),
+        ):
+            out = tmp_path / f"out.{fmt}"
+            assert main(["export", "--url", url, "--format", fmt, *flag, "-o", str(out)]) == 0
+            messages = "1 message" if view == "model view" else "2 messages"
+            assert f"({messages}, {view}) to {out}" in capsys.readouterr().out, (fmt, flag)

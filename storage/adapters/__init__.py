@@ -57,6 +57,11 @@ _LAZY: Final = {
 }
 
 
+# The tool-call id stored for a tool call, or a tool result, that its framework gave no id (a
+# chat message needs one): both sides of such a pair get it, so the pair stays a pair.
+NO_CALL_ID: Final = "chatlayers-no-call-id"
+
+
 class MissingExtraError(ImportError, ConfigError):
     """An adapter's framework is not installed; the message names the pip extra.
 

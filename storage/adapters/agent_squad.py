@@ -15,6 +15,10 @@ Mapping to ``ChatMessage`` (lossless, checked by the tests):
 - what has no field of its own is kept in ``metadata["agent_squad"]``: the block order when it
   is not the usual one, the group that re-forms one user message, a result's ``status``, and
   ``citations`` (as given). Message text never goes to metadata, so a scrubbing layer sees it.
+- a ``toolResult``'s ``{"json": value}`` blocks become text holding the JSON (a tool
+  message's output, as chat APIs take it, and what a scrubbing layer scrubs value by value),
+  restored as ``{"json": ...}`` blocks; content given as a plain string (agent-squad accepts
+  it) is read back as that string;
 - blocks that do not have the exact shapes above are kept verbatim as content parts.
 
 Reading back, a summary message (``metadata["chatlayers"]["summary"]``) becomes a ``user``
@@ -24,6 +28,7 @@ message, as agent-squad's own summarizer makes it (its conversations only have `
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -152,7 +157,7 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
 
     Raises:
         InvalidMessageError: ``message`` has no ``role``/``content`` or its content is not a
-            list of blocks (or ``None``).
+            list of blocks, a string or ``None``.
     """
     try:
         role = _role(message.role)
@@ -169,9 +174,14 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
     if blocks is None:
         meta = {META: first_meta} if first_meta else None
         return [ChatMessage(role, None, created_at=created_at, metadata=meta)]
+    if isinstance(blocks, str):
+        # agent-squad's own code and tests pass plain strings too: one text block, read back
+        # as the string it was.
+        first_meta["str"] = True
+        blocks = [{"text": blocks}]
     if not isinstance(blocks, list | tuple):
         raise InvalidMessageError(
-            f"ConversationMessage content must be a list of blocks or None, "
+            f"ConversationMessage content must be a list of blocks, a string or None, "
             f"got {type(blocks).__name__}"
         )
     layout: list[str] = []
@@ -222,10 +232,13 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
         meta_n["group"] = ids[0]
         if "status" in result:
             meta_n["status"] = result["status"]
+        result_blocks, json_blocks = _json_as_text(list(result["content"]))
+        if json_blocks:
+            meta_n["json"] = json_blocks
         out.append(
             ChatMessage(
                 "tool",
-                _blocks_to_content(list(result["content"])),
+                _blocks_to_content(result_blocks),
                 tool_call_id=result["toolUseId"],
                 id=ids[n],
                 created_at=created_at,
@@ -250,11 +263,36 @@ def _meta(message: ChatMessage) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _json_as_text(blocks: list[Any]) -> tuple[list[Any], list[int]]:
+    """A tool result's ``{"json": value}`` blocks as ``{"text": "<the JSON>"}`` blocks, and
+    their positions: a tool message's text is what a scrubbing layer reads (as JSON, value
+    by value) and what chat APIs take as a tool's output."""
+    out: list[Any] = []
+    positions: list[int] = []
+    for n, block in enumerate(blocks):
+        if isinstance(block, Mapping) and block.keys() == {"json"} and _json_roundtrips(block):
+            out.append({"text": json.dumps(block["json"], ensure_ascii=False)})
+            positions.append(n)
+        else:
+            out.append(block)
+    return out, positions
+
+
+def _text_as_json(blocks: list[Any], positions: Any) -> list[Any]:
+    """The inverse of :func:`_json_as_text`."""
+    if not isinstance(positions, list | tuple):
+        return blocks
+    for n in positions:
+        if isinstance(n, int) and 0 <= n < len(blocks) and isinstance(blocks[n], Mapping):
+            # Text another writer made not JSON is kept as text.
+            with contextlib.suppress(TypeError, ValueError):
+                blocks[n] = {"json": json.loads(blocks[n].get("text"))}
+    return blocks
+
+
 def _tool_result_block(message: ChatMessage) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "toolUseId": message.tool_call_id,
-        "content": _content_to_blocks(message.content),
-    }
+    blocks = _text_as_json(_content_to_blocks(message.content), _meta(message).get("json"))
+    result: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": blocks}
     status = _meta(message).get("status")
     if status is not None:
         result["status"] = status
@@ -270,7 +308,7 @@ def _tool_use_block(call: ToolCall) -> dict[str, Any]:
 
 
 def _conversation_message(
-    role: str, blocks: list[Any] | None, first: Mapping[str, Any]
+    role: str, blocks: list[Any] | str | None, first: Mapping[str, Any]
 ) -> ConversationMessage:
     citations = first.get("citations")
     return ConversationMessage(role, blocks, thaw(citations) if citations is not None else None)
@@ -300,6 +338,8 @@ def _from_single(message: ChatMessage) -> ConversationMessage:
         return _conversation_message(role, blocks, first)
     if message.content is None:
         return _conversation_message(role, None, first)
+    if first.get("str") and isinstance(message.content, str):
+        return _conversation_message(role, message.content, first)
     return _conversation_message(role, _content_to_blocks(message.content), first)
 
 

@@ -14,6 +14,9 @@ Mapping (lossless for the message types below; the tests round-trip them):
 - ``content`` strings stay strings; content lists become parts (a bare string element becomes
   a ``{"type": "text"}`` part, remembered); the LangChain ``id`` becomes the message id, so
   adding the same message twice stores it once.
+- a tool call with the id ``""`` and a ``ToolMessage`` with ``tool_call_id=""`` (what
+  LangChain's tool node answers such a call with) are stored with the id
+  ``"chatlayers-no-call-id"``, so the pair stays a pair, and read back as given.
 - Fields with no chat equivalent (``additional_kwargs``, ``response_metadata``,
   ``usage_metadata``, ``artifact``, a tool message's ``status``, ...) are kept in
   ``metadata["langchain"]`` when they differ from their defaults. Metadata is stored as
@@ -27,7 +30,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra
 from storage.errors import InvalidMessageError
 from storage.message import ROLES, ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -112,6 +115,7 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
         content = parts
     calls: list[ToolCall] = []
     null_ids: list[int] = []
+    empty_ids: list[int] = []
     for n, call in enumerate(data.get("tool_calls") or ()):
         try:
             arguments = json.dumps(call["args"], ensure_ascii=False)
@@ -119,11 +123,23 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
             raise InvalidMessageError(
                 f"tool call {n} ({call.get('name')!r}): args are not JSON data: {exc}"
             ) from exc
-        if call.get("id") is None:
+        call_id = call.get("id")
+        if call_id is None:
             null_ids.append(n)
-        calls.append(ToolCall(call.get("id") or "", call["name"], arguments))
+        elif call_id == "":
+            empty_ids.append(n)
+        stored_id = "" if call_id is None else call_id or NO_CALL_ID
+        calls.append(ToolCall(stored_id, call["name"], arguments))
     if null_ids:
         meta["null_call_ids"] = null_ids
+    if empty_ids:
+        meta["empty_call_ids"] = empty_ids
+    tool_call_id = data.get("tool_call_id")
+    if role == "tool" and tool_call_id == "":
+        # LangChain answers a call without an id with tool_call_id="" (a chat message needs
+        # one): both sides get the same stand-in, so the pair stays a pair.
+        tool_call_id = NO_CALL_ID
+        meta["empty_tool_call_id"] = True
     fields = {k: v for k, v in data.items() if k not in _MAPPED and v != _default(message, k)}
     if fields:
         meta["fields"] = fields
@@ -136,7 +152,7 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
         role,
         content,
         calls,
-        data.get("tool_call_id"),
+        tool_call_id,
         data.get("name"),
         metadata={META: meta} if meta else None,
         **kwargs,
@@ -169,10 +185,11 @@ def from_chat_message(message: ChatMessage) -> BaseMessage:
     data.update(thaw(meta.get("fields", {})))
     if message.tool_calls:
         null_ids = set(meta.get("null_call_ids", ()))
+        empty_ids = set(meta.get("empty_call_ids", ()))
         calls: list[dict[str, Any]] = []
         invalid: list[dict[str, Any]] = list(data.get("invalid_tool_calls", ()))
         for n, call in enumerate(message.tool_calls):
-            call_id = None if n in null_ids else call.id
+            call_id = None if n in null_ids else "" if n in empty_ids else call.id
             try:
                 args = json.loads(call.arguments)
             except ValueError:
@@ -193,7 +210,7 @@ def from_chat_message(message: ChatMessage) -> BaseMessage:
         if invalid:
             data["invalid_tool_calls"] = invalid
     if message.role == "tool":
-        data["tool_call_id"] = message.tool_call_id
+        data["tool_call_id"] = "" if meta.get("empty_tool_call_id") else message.tool_call_id
     if lc_type in ("chat", "ChatMessageChunk"):
         data["role"] = message.role
     return messages_from_dict([{"type": lc_type, "data": data}])[0]

@@ -10,26 +10,35 @@ scrubbed and summarized::
 
 The thread's ``messages`` channel lives in the stack under ``ChatKey(user_id, thread_id,
 agent_id)`` (``user_id`` from the run config's ``configurable``, else the constructor's):
-every checkpoint saves the messages the stack has not seen (by LangChain message id, so a
-message is stored once), and a run starts from the stack's view (a summarizing stack's
-summary and newest turns; scrubbed text under a scrubbing layer). An older checkpoint
-(``get_state_history``, time travel) holds the ids of its messages and reads them back from
-the stack's record. The rest
-of a checkpoint (other channels, versions, pending writes) is small graph bookkeeping, kept by
-``inner`` (default ``InMemorySaver``; pass a persistent saver to resume interrupted runs
-across restarts). Without a checkpoint in ``inner`` (a new process), a thread that has
-messages in the stack starts from them. Messages convert with the LangChain adapter
-(:mod:`storage.adapters.langchain`), lossless for human, AI, system and tool messages.
+every checkpoint saves the messages the stack has not seen, once each (by LangChain id, or
+for messages without one, as in an ``operator.add`` channel, by identity and position), and
+a run starts from the stack's view (a summarizing stack's summary and newest turns; scrubbed
+text under a scrubbing layer). Reducer edits read back as with LangGraph's ``InMemorySaver``:
+a message removed (``RemoveMessage``, ``REMOVE_ALL_MESSAGES`` as ``SummarizationMiddleware``
+uses) stays removed and one replaced by id reads back replaced, while the record itself stays
+append-only (every message ever sent is kept; an edit writes a small state record, see
+:mod:`storage.adapters.langgraph_state`, so other processes read the same channel). An older
+checkpoint (``get_state_history``, time travel) holds the refs of its messages and reads them
+back from the stack's record. The rest of a checkpoint (other channels, versions, pending
+writes) is small graph bookkeeping, kept by ``inner`` (default ``InMemorySaver``; pass a
+persistent saver to resume interrupted runs across restarts). Without a checkpoint in
+``inner`` (a new process), a thread that has messages in the stack starts from them.
+Messages convert with the LangChain adapter (:mod:`storage.adapters.langchain`), lossless for
+human, AI, system and tool messages.
 
 Subgraph checkpoints (a non-empty ``checkpoint_ns``) pass to ``inner`` unchanged.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Final, Self
+
+import anyio
 
 from storage.adapters import missing_extra
 from storage.message import ChatKey, ChatMessage
@@ -49,28 +58,20 @@ try:
     )
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from storage.adapters.langchain import from_chat_message, to_chat_message
+    from storage.adapters.langgraph_state import (
+        Channel,
+        Known,
+        is_message_channel,
+        match,
+        project,
+        to_langchain,
+    )
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("langgraph", "langgraph", exc) from exc
 
 __all__ = ["ChatlayersCheckpointer"]
 
 CHANNEL: Final = "messages"
-_MARK: Final = "chatlayers"
-
-
-def _is_summary(message: BaseMessage) -> bool:
-    mark = message.response_metadata.get(_MARK)
-    return isinstance(mark, dict) and bool(mark.get("summary"))
-
-
-def _to_langchain(message: ChatMessage) -> BaseMessage:
-    converted = from_chat_message(message)
-    if message.is_summary:
-        # Marked where no model provider reads it, so the next checkpoint does not store the
-        # summary as if it were a new message of the thread.
-        converted.response_metadata = {**converted.response_metadata, _MARK: {"summary": True}}
-    return converted
 
 
 class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
@@ -83,6 +84,9 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         agent_id: the agent id of every thread's conversation.
         channel: the state channel holding the messages (``"messages"`` in ``create_agent``).
         inner: the saver for the rest of each checkpoint (default a new ``InMemorySaver``).
+
+    ``with``/``async with`` enter and leave ``inner`` too; leaving stops the portal the sync
+    methods started (the stack itself stays open: it is the caller's).
 
     Raises:
         InvalidMessageError: a message cannot be converted or stored.
@@ -102,24 +106,40 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         super().__init__(serde=self.inner.serde)
         if isinstance(stack, SyncChatStorage):
             self._sync: SyncChatStorage | None = stack
+            self._own_sync = False
             self.stack: ChatStorage = stack.stack
         else:
             self._sync = None
+            self._own_sync = True
             self.stack = stack
         self.user_id = user_id
         self.agent_id = agent_id
         self.channel = channel
-        self._known: dict[ChatKey, set[str]] = {}
+        self._channel = Channel(self.stack)
         self._lock = threading.Lock()
 
     @property
     def sync(self) -> SyncChatStorage:
         """The portal the sync methods use (created on first use when not given)."""
-        if self._sync is None:
-            sync = SyncChatStorage(self.stack, close_stack=False)
-            weakref.finalize(self, sync.close)
-            self._sync = sync
-        return self._sync
+        with self._lock:
+            if self._sync is None:
+                sync = SyncChatStorage(self.stack, close_stack=False)
+                weakref.finalize(self, sync.close)
+                self._sync = sync
+            return self._sync
+
+    def with_allowlist(
+        self, extra_allowlist: Collection[tuple[str, ...]]
+    ) -> ChatlayersCheckpointer:
+        """A shallow clone whose serde, and its inner saver's, allow ``extra_allowlist``
+        (LangGraph calls it when it compiles a graph with a checkpointer)."""
+        inner = self.inner.with_allowlist(extra_allowlist)
+        if inner is self.inner:
+            return self
+        clone = copy.copy(self)
+        clone.inner = inner
+        clone.serde = inner.serde
+        return clone
 
     def _key(self, config: RunnableConfig, request: RunnableConfig | None = None) -> ChatKey | None:
         """The conversation of ``config``'s thread (``None`` for a subgraph); the user comes
@@ -134,32 +154,45 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         user_id = configurable.get("user_id", asked.get("user_id", self.user_id))
         return ChatKey(str(user_id), str(thread_id), self.agent_id)
 
-    def _remember(self, key: ChatKey, ids: Sequence[str]) -> None:
+    def _remember(self, key: ChatKey, known: Known) -> None:
         with self._lock:
-            self._known.setdefault(key, set()).update(ids)
+            self._channel.remember(key, known)
 
-    async def _view(self, key: ChatKey) -> list[BaseMessage]:
-        stored = await self.stack.fetch(key)
-        self._remember(key, [m.id for m in stored])
-        return [_to_langchain(m) for m in stored]
+    async def _latest(self, key: ChatKey, tup: CheckpointTuple | None) -> list[BaseMessage]:
+        """The thread's channel now: the stack's view (summarized, scrubbed) of the messages
+        the graph holds (see :mod:`storage.adapters.langgraph_state`)."""
+        view = await self.stack.fetch(key)
+        if self._channel.keeps_edits():
+            refs = await self._channel.stored_refs(key)
+        else:
+            kept = tup.checkpoint["channel_values"].get(self.channel) if tup else None
+            refs = [r for r in kept if isinstance(r, str)] if isinstance(kept, list) else None
+        chosen = view if refs is None else project(view, refs)
+        objects = [to_langchain(m) for m in chosen]
+        self._remember(key, Known(objects, [m.id for m in chosen]))
+        return objects
 
     def _with_messages(self, tup: CheckpointTuple, messages: list[BaseMessage]) -> CheckpointTuple:
         values = dict(tup.checkpoint["channel_values"])
-        if self.channel not in values:
+        if self.channel not in values or not isinstance(values[self.channel], list):
             return tup
         values[self.channel] = list(messages)
         checkpoint: Checkpoint = {**tup.checkpoint, "channel_values": values}
         return tup._replace(checkpoint=checkpoint)
 
-    async def _at_checkpoint(self, key: ChatKey, tup: CheckpointTuple) -> CheckpointTuple:
-        """An older checkpoint: its own messages, looked up by the ids it kept (time travel
-        and ``get_state_history`` see each step's messages, as stored)."""
-        ids = tup.checkpoint["channel_values"].get(self.channel)
-        if not isinstance(ids, list):
-            return tup
+    async def _stored(self, key: ChatKey) -> dict[str, ChatMessage]:
         entries = await self.stack.fetch_all_chats(key.user_id, key.session_id)
-        stored = {e.message.id: e.message for e in entries if e.agent_id == key.agent_id}
-        messages = [_to_langchain(stored[i]) for i in ids if isinstance(i, str) and i in stored]
+        return {e.message.id: e.message for e in entries if e.agent_id == key.agent_id}
+
+    def _at_checkpoint(
+        self, tup: CheckpointTuple, stored: dict[str, ChatMessage]
+    ) -> CheckpointTuple:
+        """An older checkpoint: its own messages, looked up by the refs it kept (time travel
+        and ``get_state_history`` see each step's messages, as stored)."""
+        refs = tup.checkpoint["channel_values"].get(self.channel)
+        if not isinstance(refs, list):
+            return tup
+        messages = [to_langchain(stored[r]) for r in refs if isinstance(r, str) and r in stored]
         return self._with_messages(tup, messages)
 
     # --- async (native) -----------------------------------------------------------------
@@ -168,23 +201,24 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         """The checkpoint of ``config`` with the thread's messages read from the stack.
 
         The thread's latest checkpoint (no ``checkpoint_id`` in ``config``: what a run starts
-        from) gets the stack's view, summarized and scrubbed as the stack makes it; a named
-        older checkpoint gets the stored messages it held.
+        from) gets the stack's view of the messages the graph holds, summarized and scrubbed
+        as the stack makes it; a named older checkpoint gets the stored messages it held.
         """
         tup = await self.inner.aget_tuple(config)
         key = self._key(config)
         if key is None:
             return tup
-        if tup is not None and (config.get("configurable") or {}).get("checkpoint_id"):
-            return await self._at_checkpoint(key, tup)
-        view = await self._view(key)
+        named = bool((config.get("configurable") or {}).get("checkpoint_id"))
+        if named:
+            return None if tup is None else self._at_checkpoint(tup, await self._stored(key))
+        latest = await self._latest(key, tup)
         if tup is not None:
-            return self._with_messages(tup, view)
-        if not view or (config.get("configurable") or {}).get("checkpoint_id"):
+            return self._with_messages(tup, latest)
+        if not latest:
             return None
         # A new process: the thread starts from what the stack holds.
         checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {self.channel: view}
+        checkpoint["channel_values"] = {self.channel: latest}
         checkpoint["channel_versions"] = {self.channel: self.get_next_version(None, None)}
         thread = {
             "thread_id": key.session_id,
@@ -203,9 +237,15 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """The inner saver's checkpoints, newest first, each with the messages it held."""
+        stored: dict[ChatKey, dict[str, ChatMessage]] = {}
         async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
             key = self._key(tup.config, config)
-            yield tup if key is None else await self._at_checkpoint(key, tup)
+            if key is None:
+                yield tup
+                continue
+            if key not in stored:
+                stored[key] = await self._stored(key)
+            yield self._at_checkpoint(tup, stored[key])
 
     async def aput(
         self,
@@ -215,23 +255,29 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save the thread's new messages to the stack (one atomic batch), the rest to
-        ``inner``; the inner checkpoint keeps only the message ids."""
+        ``inner``; the inner checkpoint keeps only the refs of the messages.
+
+        An update that is not a pure append (a message removed, replaced or moved) also
+        writes a state record, so every process reads the channel the graph holds.
+        """
         key = self._key(config)
         messages = checkpoint["channel_values"].get(self.channel)
-        if key is None or not isinstance(messages, list):
+        if key is None or not is_message_channel(messages):
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
         with self._lock:
-            known = set(self._known.get(key, ()))
-        batch = [
-            to_chat_message(m)
-            for m in messages
-            if isinstance(m, BaseMessage) and m.id not in known and not _is_summary(m)
-        ]
+            base = self._channel.get(key)
+        if base is None:
+            await self._latest(key, None)
+            with self._lock:
+                base = self._channel.get(key) or Known([], [])
+        refs, batch = match(messages, base)
         if batch:
-            stored = await self.stack.save_messages(key, batch)
-            self._remember(key, [m.id for m in batch] + [m.id for m in stored])
+            await self.stack.save_messages(key, batch)
+        if refs[: len(base.refs)] != base.refs:
+            await self._channel.save_refs(key, refs)
+        self._remember(key, Known(list(messages), refs))
         values = dict(checkpoint["channel_values"])
-        values[self.channel] = [getattr(m, "id", None) for m in messages]
+        values[self.channel] = refs
         slim: Checkpoint = {**checkpoint, "channel_values": values}
         return await self.inner.aput(config, slim, metadata, new_versions)
 
@@ -252,10 +298,59 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         key = ChatKey(self.user_id, thread_id, self.agent_id)
         await self.stack.delete(key)
         with self._lock:
-            self._known.pop(key, None)
+            self._channel.forget(key)
 
     def get_next_version(self, current: Any, channel: None) -> Any:
         return self.inner.get_next_version(current, channel)
+
+    # --- context managers ---------------------------------------------------------------
+
+    def _close_portal(self) -> None:
+        with self._lock:
+            sync, own = self._sync, self._own_sync
+            if own:
+                self._sync = None
+        if own and sync is not None:
+            sync.close()
+
+    def __enter__(self) -> Self:
+        enter = getattr(self.inner, "__enter__", None)
+        if enter is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            leave = getattr(self.inner, "__exit__", None)
+            if leave is not None:
+                leave(exc_type, exc, tb)
+        finally:
+            self._close_portal()
+
+    async def __aenter__(self) -> Self:
+        enter = getattr(self.inner, "__aenter__", None)
+        if enter is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            leave = getattr(self.inner, "__aexit__", None)
+            if leave is not None:
+                await leave(exc_type, exc, tb)
+        finally:
+            # Stopping a portal waits for its thread: not on the event loop.
+            await anyio.to_thread.run_sync(self._close_portal)
 
     # --- sync (through the portal) ------------------------------------------------------
 

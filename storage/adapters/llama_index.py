@@ -13,25 +13,30 @@ Mapping (lossless; the tests round-trip every block type LlamaIndex builds for c
 - the text of every ``TextBlock`` becomes the content (a string for a single text block, else
   one text part per block); each ``ToolCallBlock`` and each OpenAI-shaped entry of
   ``additional_kwargs["tool_calls"]`` becomes a ``ToolCall``; a tool message's
-  ``additional_kwargs["tool_call_id"]`` becomes ``tool_call_id``;
+  ``additional_kwargs["tool_call_id"]`` becomes ``tool_call_id`` (a tool message without one
+  is stored with ``"chatlayers-no-call-id"`` and read back without it);
 - everything else (other blocks such as images, other ``additional_kwargs``, block order) is
   kept in ``metadata["llama_index"]`` and restored exactly. Texts and tool arguments live in
   the message fields, so a scrubbing layer sees them; blocks kept whole are stored as given.
 
 ``get_messages`` returns the stack's ``fetch`` (a summarizing stack's view); the editing
 methods (``set_messages``, ``add_message(idx=...)``, ``delete_message``,
-``delete_last_message``) work on the raw record: appends stay appends, anything else is one
-atomic ``replace`` when the stack has ``ReplaceableStorage`` (else delete then save).
+``delete_last_message``) work on the raw record under its version
+(:func:`storage.adapters.rewrite.edit`): appends stay appends (``save_messages_if``), anything
+else is one atomic ``replace`` when the stack has ``ReplaceableStorage`` (else delete then
+save), and an edit that finds the record changed since it read it (a message appended by
+another worker) reads it again and re-applies itself, so it never erases that message; a
+delete removes the message it first found at that position.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from storage.adapters import missing_extra
-from storage.adapters.rewrite import insert, raw_history, rewrite
+from storage.adapters import NO_CALL_ID, missing_extra
+from storage.adapters.rewrite import edit, insert, raw_history
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -131,7 +136,9 @@ def to_chat_message(message: LlamaMessage) -> ChatMessage:
     if block_calls:
         meta["block_calls"] = block_calls
     if role == "tool" and tool_call_id is None:
+        # LlamaIndex's own stores keep a tool message without a call id.
         meta["no_call_id"] = True
+        tool_call_id = NO_CALL_ID
     return ChatMessage(
         role,
         content,
@@ -250,34 +257,37 @@ class LlamaIndexChatStore(BaseChatStore):
     async def async_add_message(
         self, key: str, message: LlamaMessage, idx: int | None = None
     ) -> None:
-        """Append ``message``, or insert it at ``idx`` of the raw record (a rewrite)."""
+        """Append ``message``, or insert it at ``idx`` of the raw record (a rewrite).
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing stored).
+        """
         chat_key = self._key(key)
         converted = to_chat_message(message)
         if idx is None:
             await self.stack.save_messages(chat_key, [converted])
             return
-        raw = await raw_history(self.stack, chat_key)
-        if idx >= len(raw):
-            await self.stack.save_messages(chat_key, [converted])
-            return
-        await rewrite(self.stack, chat_key, insert(raw, idx, [converted]))
+        await edit(self.stack, chat_key, lambda raw: insert(raw, idx, [converted]))
 
     async def aset_messages(self, key: str, messages: list[LlamaMessage]) -> None:
         """Make ``messages`` the whole conversation.
 
         When the stored record is a prefix of ``messages`` (the memory re-setting what it had
         plus new turns) only the new messages are saved; otherwise the record is rewritten.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing changed).
         """
-        chat_key = self._key(key)
         converted = [to_chat_message(m) for m in messages]
-        raw = await raw_history(self.stack, chat_key)
-        if len(raw) <= len(messages) and all(
-            from_chat_message(stored) == given for stored, given in zip(raw, messages, strict=False)
-        ):
-            if len(converted) > len(raw):
-                await self.stack.save_messages(chat_key, converted[len(raw) :])
-            return
-        await rewrite(self.stack, chat_key, converted)
+
+        def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            if len(raw) <= len(messages) and all(
+                from_chat_message(s) == given for s, given in zip(raw, messages, strict=False)
+            ):
+                return [*raw, *converted[len(raw) :]] if len(converted) > len(raw) else None
+            return converted
+
+        await edit(self.stack, self._key(key), change)
 
     async def adelete_messages(self, key: str) -> list[LlamaMessage] | None:
         """Erase the conversation; return what it held (``None`` when it held nothing)."""
@@ -288,23 +298,42 @@ class LlamaIndexChatStore(BaseChatStore):
         await self.stack.delete(chat_key)
         return [from_chat_message(m) for m in raw]
 
+    async def _delete_one(self, key: str, pick: Callable[[list[ChatMessage]], int | None]) -> Any:
+        target: list[ChatMessage] = []
+
+        def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            if not target:
+                index = pick(raw)
+                if index is None:
+                    return None
+                target.append(raw[index])
+            kept = [m for m in raw if m.id != target[0].id]
+            return kept if len(kept) < len(raw) else None
+
+        await edit(self.stack, self._key(key), change)
+        return from_chat_message(target[0]) if target else None
+
     async def adelete_message(self, key: str, idx: int) -> LlamaMessage | None:
-        """Remove message ``idx`` of the raw record; ``None`` when out of range."""
-        chat_key = self._key(key)
-        raw = await raw_history(self.stack, chat_key)
-        if not 0 <= idx < len(raw):
-            return None
-        await rewrite(self.stack, chat_key, raw[:idx] + raw[idx + 1 :])
-        return from_chat_message(raw[idx])
+        """Remove message ``idx`` of the raw record; ``None`` when out of range.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing removed).
+        """
+        result: LlamaMessage | None = await self._delete_one(
+            key, lambda raw: idx if 0 <= idx < len(raw) else None
+        )
+        return result
 
     async def adelete_last_message(self, key: str) -> LlamaMessage | None:
-        """Remove the newest message of the raw record; ``None`` when there is none."""
-        chat_key = self._key(key)
-        raw = await raw_history(self.stack, chat_key)
-        if not raw:
-            return None
-        await rewrite(self.stack, chat_key, raw[:-1])
-        return from_chat_message(raw[-1])
+        """Remove the newest message of the raw record; ``None`` when there is none.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing removed).
+        """
+        result: LlamaMessage | None = await self._delete_one(
+            key, lambda raw: len(raw) - 1 if raw else None
+        )
+        return result
 
     async def aget_keys(self) -> list[str]:
         """The user's session ids holding messages of this agent, sorted.

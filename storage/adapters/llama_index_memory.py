@@ -14,17 +14,20 @@ first; the archived ones are its oldest ``n``, and ``n`` is kept as an applicati
 (:class:`~storage.abilities.ConversationRecord` of kind ``"llama_index.archived"``) when the
 stack has :class:`~storage.abilities.RecordStorage` (every built-in store), else in this
 process only. Archiving therefore writes one small record and rewrites nothing; deleting
-messages rewrites the record (one atomic ``replace`` where the stack has it).
+messages rewrites the record (one atomic ``replace`` where the stack has it) under the
+version read (:func:`storage.adapters.rewrite.edit`): a message another worker appends
+meanwhile is never erased; the edit reads again and re-applies itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from storage.abilities import ConversationRecord, RecordStorage, find_ability
 from storage.adapters import missing_extra
 from storage.adapters.llama_index import agent_session_ids, from_chat_message, to_chat_message
-from storage.adapters.rewrite import insert, raw_history, rewrite
+from storage.adapters.rewrite import edit, insert, raw_history
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
@@ -80,15 +83,16 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
 
     # --- the archived count -------------------------------------------------------------
 
-    async def _load(self, key: ChatKey) -> tuple[list[ChatMessage], int]:
-        raw = await raw_history(self.stack, key)
+    async def _count(self, key: ChatKey) -> int:
         records = find_ability(self.stack, RecordStorage)
         if records is not None:
             found = await records.fetch_records(key, kind=ARCHIVED_KIND)
-            count = int(found[-1].data.get("count", 0)) if found else 0
-        else:
-            count = self._archived.get(key, 0)
-        return raw, max(0, min(count, len(raw)))
+            return int(found[-1].data.get("count", 0)) if found else 0
+        return self._archived.get(key, 0)
+
+    async def _load(self, key: ChatKey) -> tuple[list[ChatMessage], int]:
+        raw = await raw_history(self.stack, key)
+        return raw, max(0, min(await self._count(key), len(raw)))
 
     async def _set_archived(self, key: ChatKey, count: int) -> None:
         records = find_ability(self.stack, RecordStorage)
@@ -97,12 +101,33 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
         else:
             self._archived[key] = count
 
-    async def _rewrite(self, key: ChatKey, messages: list[ChatMessage], archived: int) -> None:
-        await rewrite(self.stack, key, messages)
-        if messages:
-            await self._set_archived(key, archived)  # the count after this rewrite
-        else:
-            self._archived.pop(key, None)
+    async def _remove(
+        self, key: ChatKey, pick: Callable[[list[ChatMessage], int], list[ChatMessage]]
+    ) -> list[ChatMessage]:
+        """Remove the messages ``pick(record, archived)`` names (chosen on the first read,
+        removed by id) under the record's version; keep the archived count right."""
+        archived = await self._count(key)
+        gone: list[ChatMessage] = []
+        was_archived: list[int] = []
+
+        def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            if not gone:
+                count = max(0, min(archived, len(raw)))
+                gone.extend(pick(raw, count))
+                positions = {m.id: n for n, m in enumerate(raw)}
+                was_archived.append(sum(positions[m.id] < count for m in gone))
+            ids = {m.id for m in gone}
+            kept = [m for m in raw if m.id not in ids]
+            return kept if len(kept) < len(raw) else None
+
+        record = await edit(self.stack, key, change)
+        if gone:
+            left = len(record) - len(gone)
+            if left > 0:
+                await self._set_archived(key, max(0, min(archived, len(record)) - was_archived[0]))
+            else:
+                self._archived.pop(key, None)
+        return gone
 
     @staticmethod
     def _select(
@@ -157,12 +182,11 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
         if status != MessageStatus.ARCHIVED:
             await self.stack.save_messages(chat_key, batch)
             return
-        raw, archived = await self._load(chat_key)
-        if archived == len(raw):
-            await self.stack.save_messages(chat_key, batch)
-        else:
-            await rewrite(self.stack, chat_key, insert(raw, archived, batch))
-        await self._set_archived(chat_key, archived + len(batch))
+        archived = await self._count(chat_key)
+        record = await edit(
+            self.stack, chat_key, lambda raw: insert(raw, min(archived, len(raw)), batch)
+        )
+        await self._set_archived(chat_key, min(archived, len(record)) + len(batch))
 
     async def set_messages(
         self,
@@ -171,18 +195,26 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
         """Replace the session with ``messages``, all of ``status``."""
+        chat_key = self._key(key)
         batch = [to_chat_message(m) for m in messages]
-        archived = len(batch) if status == MessageStatus.ARCHIVED else 0
-        await self._rewrite(self._key(key), batch, archived)
+        await edit(self.stack, chat_key, lambda raw: batch)
+        if batch:
+            await self._set_archived(
+                chat_key, len(batch) if status == MessageStatus.ARCHIVED else 0
+            )
+        else:
+            self._archived.pop(chat_key, None)
 
     async def delete_message(self, key: str, idx: int) -> LlamaMessage | None:
-        """Remove the message at position ``idx`` of the whole record; ``None`` if none."""
-        chat_key = self._key(key)
-        raw, archived = await self._load(chat_key)
-        if not 0 <= idx < len(raw):
-            return None
-        await self._rewrite(chat_key, raw[:idx] + raw[idx + 1 :], archived - (idx < archived))
-        return from_chat_message(raw[idx])
+        """Remove the message at position ``idx`` of the whole record; ``None`` if none.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing removed).
+        """
+        gone = await self._remove(
+            self._key(key), lambda raw, _: raw[idx : idx + 1] if 0 <= idx < len(raw) else []
+        )
+        return from_chat_message(gone[0]) if gone else None
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
         """Remove the session's messages of ``status`` (``None``: the whole conversation)."""
@@ -191,19 +223,16 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
             await self.stack.delete(chat_key)
             self._archived.pop(chat_key, None)
             return
-        raw, archived = await self._load(chat_key)
         if status == MessageStatus.ACTIVE:
-            await self._rewrite(chat_key, raw[:archived], archived)
+            await self._remove(chat_key, lambda raw, archived: raw[archived:])
         else:
-            await self._rewrite(chat_key, raw[archived:], 0)
+            await self._remove(chat_key, lambda raw, archived: raw[:archived])
 
     async def delete_oldest_messages(self, key: str, n: int) -> list[LlamaMessage]:
         """Remove the ``n`` oldest active messages and return them."""
-        chat_key = self._key(key)
-        raw, archived = await self._load(chat_key)
-        gone = raw[archived : archived + max(0, n)]
-        if gone:
-            await self._rewrite(chat_key, raw[:archived] + raw[archived + len(gone) :], archived)
+        gone = await self._remove(
+            self._key(key), lambda raw, archived: raw[archived : archived + max(0, n)]
+        )
         return [from_chat_message(m) for m in gone]
 
     async def archive_oldest_messages(self, key: str, n: int) -> list[LlamaMessage]:

@@ -23,21 +23,28 @@ kept whole in metadata (reasoning summaries, built-in tool calls) are stored as 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, cast
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
 import anyio
 import attrs
 
 from storage.adapters import missing_extra
-from storage.adapters.rewrite import raw_history, rewrite
-from storage.errors import InvalidMessageError
+from storage.adapters.rewrite import edit
+from storage.errors import InvalidMessageError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage, ToolCall, new_message_id, thaw
 from storage.protocol import ChatStorage
+from storage.sync import SyncChatStorage
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("the OpenAI Agents SDK", "openai-agents", exc) from exc
 
@@ -45,6 +52,8 @@ __all__ = ["OpenAIAgentsSession", "items_to_messages", "message_to_items"]
 
 META: Final = "openai_agents"
 Item = dict[str, Any]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Skeleton kinds: "m" message item, "c" function_call, "o" an item kept whole.
 # A skeleton is the item with the fields the ChatMessage holds replaced by None, so the
@@ -232,28 +241,67 @@ def message_to_items(message: ChatMessage) -> list[Item]:
     return items
 
 
+class _ThreadSafeLock:
+    """A lock shared by every thread and event loop (anyio's lock binds to one loop).
+
+    Taken without blocking the loop: at once when free, else in a worker thread; a caller
+    cancelled while waiting never leaves it held.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    async def __aenter__(self) -> None:
+        if self._lock.acquire(blocking=False):
+            return
+        taken: list[bool] = []
+
+        def take() -> None:
+            self._lock.acquire()
+            taken.append(True)
+
+        try:
+            await anyio.to_thread.run_sync(take)
+        except BaseException:
+            if taken:
+                self._lock.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
 class OpenAIAgentsSession:
     """A chatlayers stack as an OpenAI Agents SDK ``Session`` for one conversation.
 
     Implements the SDK's ``Session`` protocol (``agents.memory.Session``): ``session_id``,
-    ``session_settings``, ``get_items``, ``add_items``, ``pop_item``, ``clear_session``.
+    ``session_settings``, ``get_items``, ``add_items``, ``pop_item``, ``clear_session``; and
+    ``close()``, like the SDK's ``SQLiteSession``.
 
     Args:
-        stack: any ``ChatStorage``.
+        stack: any ``ChatStorage``, or a :class:`~storage.sync.SyncChatStorage` whose portal
+            runs every call (then one session may be used from any thread and event loop).
         key: the conversation; ``session_id`` is ``key.session_id``.
-        session_settings: the SDK's ``SessionSettings`` (its ``limit`` is the default for
-            ``get_items``).
+        session_settings: the SDK's ``SessionSettings`` or a dict of its fields (``{"limit":
+            20}``), coerced as the SDK's own sessions do; its ``limit`` is the default for
+            ``get_items``.
+        close_stack: whether :meth:`close` also closes ``stack`` (default ``False``: the
+            stack is the caller's).
 
     ``get_items`` reads the stack's ``fetch`` (a summarizing stack's buffer), so the SDK's
     model sees the summarized history. ``pop_item`` works on the raw history and rewrites the
-    conversation: with a stack that has ``ReplaceableStorage`` (every built-in store) in one
-    atomic ``replace``, crash-safe; otherwise delete, then save what remains (a crash between
-    the two loses the conversation). Calls on one session object are serialized by a lock;
-    two session objects for one key must not pop concurrently.
+    conversation under the version it read (:func:`storage.adapters.rewrite.edit`: a message
+    another worker appends meanwhile is kept): with a stack that has ``ReplaceableStorage``
+    (every built-in store) in one atomic ``replace``, crash-safe; otherwise delete, then save
+    what remains (a crash between the two loses the conversation). Calls on one session
+    object are serialized by a lock that every thread and event loop share, so one session
+    may serve ``Runner.run_sync`` calls from a thread pool; with a stack whose connections
+    belong to one event loop (Redis, PostgreSQL), pass a ``SyncChatStorage`` for that.
 
     Raises:
         InvalidMessageError: an item cannot be stored (nothing of the batch is stored).
-        StorageUnavailableError: the stack's backend cannot be reached.
+        StorageUnavailableError: the stack's backend cannot be reached, or the session is
+            closed.
     """
 
     session_id: str
@@ -261,25 +309,40 @@ class OpenAIAgentsSession:
 
     def __init__(
         self,
-        stack: ChatStorage,
+        stack: ChatStorage | SyncChatStorage,
         key: ChatKey,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        close_stack: bool = False,
     ) -> None:
-        self.stack = stack
+        if isinstance(stack, SyncChatStorage):
+            self._sync: SyncChatStorage | None = stack
+            self.stack: ChatStorage = stack.stack
+        else:
+            self._sync = None
+            self.stack = stack
         self.key = key
         self.session_id = key.session_id
-        self.session_settings = session_settings or SessionSettings()
-        self._lock: anyio.Lock | None = None
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(cast("Any", session_settings))
+        )
+        self.close_stack = close_stack
+        self._lock = _ThreadSafeLock()
+        self._closed = False
 
-    def _get_lock(self) -> anyio.Lock:
-        # Made on first use, so it binds to the caller's event loop.
-        if self._lock is None:
-            self._lock = anyio.Lock()
-        return self._lock
+    async def _run(self, func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        """``await func(*args)``: on the caller's loop, or on the portal's when given one."""
+        if self._closed:
+            raise StorageUnavailableError(f"the session of {self.key} is closed")
+        sync = self._sync
+        if sync is None:
+            return await func(*args)
+        return await anyio.to_thread.run_sync(partial(sync.call, func, *args))
 
     async def _items(self, limit: int | None) -> list[TResponseInputItem]:
-        messages = await self.stack.fetch(self.key, limit=limit)
+        messages = await self._run(partial(self.stack.fetch, self.key, limit=limit))
         return [cast("TResponseInputItem", i) for m in messages for i in message_to_items(m)]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -289,16 +352,18 @@ class OpenAIAgentsSession:
         limit returns everything, as the SDK's ``SQLiteSession`` does.
         """
         limit = resolve_session_limit(limit, self.session_settings)
-        if limit is None or limit < 0:
-            return await self._items(None)
-        if limit == 0:
+        if limit is not None and limit == 0:
             return []
-        # One stored message holds one item or more, so the newest `limit` messages normally
-        # cover the newest `limit` items; a short or tool-led window falls back to all.
-        items = await self._items(limit)
-        if len(items) < limit:
-            items = await self._items(None)
-        return items[-limit:]
+        async with self._lock:
+            if limit is None or limit < 0:
+                return await self._items(None)
+            # One stored message holds one item or more, so the newest `limit` messages
+            # normally cover the newest `limit` items; a short or tool-led window falls back
+            # to all.
+            items = await self._items(limit)
+            if len(items) < limit:
+                items = await self._items(None)
+            return items[-limit:]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items as one atomic batch.
@@ -309,33 +374,67 @@ class OpenAIAgentsSession:
         messages = items_to_messages(cast("list[Mapping[str, Any]]", items))
         if not messages:
             return
-        async with self._get_lock():
-            await self.stack.save_messages(self.key, messages)
+        async with self._lock:
+            await self._run(self.stack.save_messages, self.key, messages)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item, or ``None`` when the session is empty.
 
         The raw record is rewritten without that item: one atomic ``replace`` when the stack
         has :class:`~storage.abilities.ReplaceableStorage`, else delete then save.
+
+        Raises:
+            ConflictError: the record kept changing while it was edited (nothing removed).
         """
-        async with self._get_lock():
-            raw = await raw_history(self.stack, self.key)
-            if not raw:
-                return None
-            last = raw[-1]
-            items = message_to_items(last)
-            popped = items.pop()
-            # What remains of the last message keeps its id and time.
-            rest = [
-                attrs.evolve(
-                    m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at
-                )
-                for n, m in enumerate(items_to_messages(items))
-            ]
-            await rewrite(self.stack, self.key, raw[:-1] + rest)
-            return cast("TResponseInputItem", popped)
+        async with self._lock:
+            return await self._run(self._pop)
+
+    async def _pop(self) -> TResponseInputItem | None:
+        # The item is chosen on the first read; a retry (another worker appended meanwhile)
+        # removes that same item, never the message that landed in between.
+        popped: list[tuple[str, Item, list[ChatMessage]]] = []
+
+        def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            if not popped:
+                if not raw:
+                    return None
+                last = raw[-1]
+                items = message_to_items(last)
+                item = items.pop()
+                # What remains of the last message keeps its id and time.
+                rest = [
+                    attrs.evolve(
+                        m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at
+                    )
+                    for n, m in enumerate(items_to_messages(items))
+                ]
+                popped.append((last.id, item, rest))
+            target, _, rest = popped[0]
+            for n, message in enumerate(raw):
+                if message.id == target:
+                    return [*raw[:n], *rest, *raw[n + 1 :]]
+            return None
+
+        await edit(self.stack, self.key, change)
+        return cast("TResponseInputItem", popped[0][1]) if popped else None
 
     async def clear_session(self) -> None:
         """Erase the conversation."""
-        async with self._get_lock():
-            await self.stack.delete(self.key)
+        async with self._lock:
+            await self._run(self.stack.delete, self.key)
+
+    def close(self) -> None:
+        """Close the session (idempotent); later calls raise ``StorageUnavailableError``.
+
+        Closes the stack too when ``close_stack`` (a ``SyncChatStorage`` with its portal).
+        Call it from synchronous code (a blocking call, like ``SQLiteSession.close``).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self.close_stack:
+            return
+        if self._sync is not None:
+            self._sync.close()
+        else:
+            SyncChatStorage(self.stack).close()

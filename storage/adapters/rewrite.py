@@ -5,21 +5,35 @@ Frameworks pop the last item (OpenAI Agents), delete one message or replace the 
 :class:`storage.abilities.ReplaceableStorage` (found through every layer of the stack) one
 atomic ``replace``; without it, ``delete`` then ``save_messages`` (a crash between the two
 loses the conversation, said in each adapter's docstring).
+
+:func:`edit` makes those rewrites safe next to concurrent appends (another worker, another
+process): it reads the record and its version in one snapshot, computes the new record, and
+writes it only if the version is still the one read (an append as ``save_messages_if``; a
+rewrite after a fresh head check); otherwise it reads again and re-applies the change, up
+to :data:`EDIT_ATTEMPTS` times, then raises ``ConflictError``. A change names what it
+removes by id from the record it was first given, so a retry never removes a message that
+landed in between. Stores give no compare-and-replace, so a rewrite still races an append
+landing between that head check and the ``replace`` (a window of one round trip).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 import attrs
 
 from storage.abilities import ReplaceableStorage, SequencedStorage, find_ability
-from storage.errors import InvalidMessageError
+from storage.errors import ConflictError, InvalidMessageError
 from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
-__all__ = ["insert", "raw_history", "rewrite"]
+__all__ = ["EDIT_ATTEMPTS", "Change", "edit", "insert", "raw_history", "rewrite"]
+
+EDIT_ATTEMPTS: Final = 5
+# The new record for the record given, or None for "no change".
+Change = Callable[[list[ChatMessage]], list[ChatMessage] | None]
 
 
 async def raw_history(stack: ChatStorage, key: ChatKey) -> list[ChatMessage]:
@@ -79,3 +93,56 @@ async def rewrite(stack: ChatStorage, key: ChatKey, messages: Sequence[ChatMessa
     if batch:
         await stack.save_messages(key, batch)
     return False
+
+
+async def edit(
+    stack: ChatStorage, key: ChatKey, change: Change, *, attempts: int = EDIT_ATTEMPTS
+) -> list[ChatMessage]:
+    """Apply ``change`` to the key's record under a version check; return the record it was
+    applied to (the last read).
+
+    ``change(record)`` returns the new whole record, or ``None`` to leave it as it is. When
+    the new record only appends to the one read, the new messages are saved with
+    ``save_messages_if`` (atomic); otherwise the record is rewritten (:func:`rewrite`) if
+    ``head(key)`` still has the version read. On a conflict the record is read again and
+    ``change`` called again. Without :class:`~storage.abilities.SequencedStorage` in the stack
+    there is no version to check and the change is written as computed.
+
+    Raises:
+        ConflictError: the record changed ``attempts`` times in a row while it was edited
+            (nothing changed by this call).
+        InvalidMessageError: a message is invalid (nothing changed).
+        StorageUnavailableError: the backend cannot be reached.
+    """
+    sequenced = find_ability(stack, SequencedStorage)
+    replaceable = find_ability(stack, ReplaceableStorage)
+    for _ in range(attempts):
+        if sequenced is None:
+            record, version = await raw_history(stack, key), None
+        else:
+            tail = await sequenced.fetch_since(key, 0)
+            record, version = list(tail.messages), tail.head.version
+        new = change(record)
+        if new is None:
+            return record
+        appends = len(new) >= len(record) and new[: len(record)] == record
+        if appends:
+            added = prepare_batch(new[len(record) :])
+            if not added:
+                return record
+            try:
+                if version is not None and replaceable is not None:
+                    await replaceable.save_messages_if(key, added, expected_version=version)
+                else:
+                    await stack.save_messages(key, added)
+            except ConflictError:
+                continue
+            return record
+        if sequenced is not None and (await sequenced.head(key)).version != version:
+            continue
+        await rewrite(stack, key, new)
+        return record
+    raise ConflictError(
+        f"{key}: the conversation changed {attempts} times while it was being edited; "
+        "nothing was changed"
+    )

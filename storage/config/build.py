@@ -27,7 +27,7 @@ from storage.config.registry import Registry, did_you_mean
 from storage.config.registry import registry as default_registry
 from storage.config.spec import NESTED, ComponentSpec, StackSpec, component_from_table
 from storage.config.stack import Stack, describe_lines
-from storage.errors import ChatStorageError, ConfigError
+from storage.errors import ChatStorageError, ConfigError, InvalidArgumentError
 from storage.protocol import PROTOCOL_METHODS, ChatStorage
 from storage.redact import is_sensitive, scrubbed_error
 from storage.stores.base import BaseStore
@@ -246,7 +246,9 @@ def _construct(plan: _Plan, secrets: set[str], *inner: Any) -> Any:
     }
     try:
         return plan.factory(*inner, *plan.args, **kwargs)
-    except ConfigError as exc:
+    except (ConfigError, InvalidArgumentError) as exc:
+        # A value the constructor refused (a check not declared in its annotation, see
+        # storage.checked) is a mistake of the configuration too.
         text = str(exc) if str(exc).startswith(plan.spec.label) else f"{plan.spec.label}: {exc}"
         error = scrubbed_error(ConfigError, text, exc, secrets)
     except ChatStorageError as exc:

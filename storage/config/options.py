@@ -5,8 +5,10 @@
 variables) are parsed: ``int``, ``float``, ``bool`` (``true/false/1/0/yes/no/on/off``),
 ``Literal`` choices, lists (comma-separated or a JSON list), mappings (a JSON object) and
 callables (``module:attr``). Native values (TOML, dicts) are checked, never reinterpreted: a
-number given for a string option is refused, never guessed. :func:`from_env` reads the value
-of an ``X_env`` option.
+number given for a string option is refused, never guessed. An ``Annotated[T, Check(f)]``
+option (:mod:`storage.checked`) is converted to ``T`` and then checked by ``f``, so a bad
+value (``retention = "30x"``) is a ``ConfigError`` found while planning, with the others.
+:func:`from_env` reads the value of an ``X_env`` option.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Final, Union
 
 import attrs
 
+from storage.checked import checks_of
 from storage.config.registry import import_target
 from storage.errors import ConfigError
 
@@ -87,10 +90,13 @@ def declared_options(factory: Any, *, skip_first: bool) -> tuple[dict[str, Param
 
 def _type_hints(obj: Any) -> dict[str, Any]:
     target = obj.__init__ if inspect.isclass(obj) else obj
-    module = sys.modules.get(getattr(obj, "__module__", ""), None)
-    globalns = vars(module) if module is not None else None
+    # The names of an inherited __init__ are those of the module that defines it.
+    globalns = getattr(inspect.unwrap(target), "__globals__", None)
+    if globalns is None:
+        module = sys.modules.get(getattr(obj, "__module__", ""), None)
+        globalns = vars(module) if module is not None else None
     try:
-        return typing.get_type_hints(target, globalns=globalns)
+        return typing.get_type_hints(target, globalns=globalns, include_extras=True)
     except Exception:
         # Names imported under TYPE_CHECKING: resolve what can be resolved, the rest is Any.
         hints: dict[str, Any] = {}
@@ -130,12 +136,21 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
         where: how errors name the option (``"layer 'scrub': option 'mode'"``).
 
     Raises:
-        ConfigError: the value does not fit the type; for ``Literal`` choices the allowed
-            values are listed.
+        ConfigError: the value does not fit the type (for ``Literal`` choices the allowed
+            values are listed), or fails a ``Check`` of its annotation (the check's error
+            is the cause).
     """
     if annotation is Any or annotation is inspect.Parameter.empty:
         return value
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        converted = convert(value, annotation.__origin__, where)
+        for check in checks_of(annotation):
+            try:
+                check(converted)
+            except (ValueError, TypeError) as exc:  # InvalidArgumentError is a ValueError
+                raise ConfigError(f"{where}: {exc}") from exc
+        return converted
     args = typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
         return _convert_union(value, args, where)
@@ -173,17 +188,17 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
 def _convert_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
     if value is None and type(None) in args:
         return None
-    errors: list[str] = []
+    errors: list[ConfigError] = []
     for member in args:
         if member is type(None):
             continue
         try:
             return convert(value, member, where)
         except ConfigError as exc:
-            errors.append(str(exc))
+            errors.append(exc)
     choices = [a for a in args if a is not type(None)]
     if len(errors) == 1:
-        raise ConfigError(errors[0])
+        raise errors[0]
     raise ConfigError(
         f"{where} must be {' or '.join(_type_name(c) for c in choices)}, got {value!r}"
     )
@@ -296,6 +311,8 @@ def _is_abc(origin: Any, names: tuple[str, ...]) -> bool:
 
 
 def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = annotation.__origin__
     if isinstance(annotation, type):
         return annotation.__name__
     return str(annotation).replace("typing.", "").replace("collections.abc.", "")

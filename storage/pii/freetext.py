@@ -9,10 +9,18 @@ these use custom names in Presidio's style: ``DATE_OF_BIRTH``, ``STREET_ADDRESS`
   short window after a birth word (``born``, ``birth``, ``birthday``, ``DOB``, ``d.o.b.``) or
   right before ``(DOB)``. A flight date, a booking date or a time is not one.
 - ``STREET_ADDRESS``: a house number, one to four capitalised name words and a street suffix
-  (``975 Sunset Drive``, ``12 N. Main St.``), optionally a unit (``, Apt 4B``, ``Suite 217``);
-  the continental forms ``Via Franscini 71``, ``Rua do Arenque 1634``, ``Koskikatu 25``; and a
-  unit alone (``Suite 501``, ``Apt. 864``).
-- ``ZIP_CODE``: a US ZIP or ZIP+4 after a state (``Austin, TX 78750``), or any postal code
+  (``975 Sunset Drive``, ``12 N. Main St.``, ``500 Oak Ridge Road``), optionally a unit
+  (``, Apt 4B``, ``Suite 217``, ``, Floor 3``, ``#12``); the continental forms
+  ``Via Franscini 71``, ``Rua do Arenque 1634``, ``Koskikatu 25``; and a unit or box alone
+  (``Suite 501``, ``Apt. 864``, ``Flat 3,``, ``Unit 8505 Box 9220``, ``P.O. Box 242``).
+  Numbered phrases are not addresses: a labelled number (``room 12``, ``floor 3``,
+  ``flight HAT 123``, ``Order 4521``, ``gate 22``), a time (``10:30``), a price, a count
+  (``5 Minutes Walk``, ``Suite 2 nights``, ``3 Wall Street analysts``, ``2 Lime Green
+  shirts``), a suffix that is an everyday word written lower-case (``2 Ocean view``), and
+  ``unit``/``flat`` followed by a lower-case word (``unit 5 of the course``, ``a flat 25
+  fee``).
+- ``ZIP_CODE``: a US ZIP or ZIP+4 after a state (``Austin, TX 78750``; ``Order ID 48213``
+  is an id, not Idaho), or any postal code
   (digits, ``SW1A 1AA``, ``K1A 0B1``, ``394 13``) right after ``zip``, ``zip code``,
   ``postal code`` or ``postcode``.
 
@@ -76,42 +84,97 @@ def find_dates_of_birth(view: TextView) -> Iterator[tuple[int, int]]:
 
 
 # --- street addresses ---------------------------------------------------------------------------
-_SUFFIX: Final = (
-    r"(?:street|st|road|rd|avenue|ave|av|lane|ln|drive|dr|court|ct|boulevard|blvd|terrace|ter"
-    r"|crescent|cres|square|sq|highway|hwy|parkway|pkwy|circle|cir|trail|trl|way|place|pl"
-    r"|alley|plaza|loop|row|walk|pike|expressway|expy|freeway|fwy|path|point|pt|ridge|run"
-    r"|hollow|heights|hts|mews|close|grove|gardens|green|hill|park|view|cove|crossing|xing"
-    r"|landing|glen|meadows?|estates?|junction|jct|str)"
+def _words(spaced: str) -> frozenset[str]:
+    return frozenset(spaced.split())
+
+
+# Suffixes that are street words in any case ("12 Main st", "5 Elm street").
+_STREET_SUFFIX: Final = (
+    r"street|st|str|road|rd|avenue|ave|av|lane|ln|boulevard|blvd|dr|highway|hwy|parkway|pkwy"
+    r"|expressway|expy|freeway|fwy|ter|cres|sq|cir|trl|pl|pt|ct|xing|jct|hts"
 )
+# Suffixes that are also everyday words count only capitalised ("2 Ocean view rooms"). After
+# any suffix, a lower-case plural noun says the number counted it ("3 Power Point slides").
+_COMMON_SUFFIXES: Final = _words(
+    "drive court terrace crescent square circle trail way place alley plaza loop row"
+    " walk pike path point ridge run hollow heights mews close grove gardens green hill park"
+    " view cove crossing landing glen meadow meadows estate estates junction"
+)
+_SUFFIX: Final = _STREET_SUFFIX + "|" + "|".join(sorted(_COMMON_SUFFIXES, key=len, reverse=True))
 _NAME_WORD: Final = r"(?:[A-Z][\w'\-]{0,24}+\.?|\d{1,3}(?:st|nd|rd|th))"
 _DIRECTION: Final = r"(?:[NSEW]\.?|North|South|East|West|NE|NW|SE|SW)\ {1,2}"
 # Found from each house number, so the engine only stops at digits: a number-first street
 # after it (975 Sunset Drive), or the word before it: a unit (Suite 501), a compound street
-# name (Koskikatu 25) or a street-type word up to four words back (Via Franscini 71).
-_NUMBER_RE: Final = re.compile(r"(?=\d)(?<![\w\-/.#,])\d{1,6}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,]\d)")
+# name (Koskikatu 25) or a street-type word up to four words back (Via Franscini 71). A
+# number glued to a colon, a currency sign or a dot is a time, a price or a decimal.
+_NUMBER_RE: Final = re.compile(
+    r"(?=\d)(?<![\w\-/.#,:$€£])\d{1,6}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,:]\d)"
+)
 _STREET_AFTER_RE: Final = re.compile(
-    rf"\ {{1,2}}(?:{_DIRECTION})?(?:{_NAME_WORD}\ {{1,2}}){{1,4}}?(?i:{_SUFFIX})\b\.?"
+    rf"\ {{1,2}}(?:{_DIRECTION})?(?P<name>{_NAME_WORD})\ {{1,2}}(?:{_NAME_WORD}\ {{1,2}}){{0,3}}?"
+    rf"(?P<suffix>(?i:{_SUFFIX}))\b\.?"
+    rf"(?:\ {{1,2}}(?=[A-Z])(?i:{_STREET_SUFFIX})\b\.?)?"  # a second suffix: Oak Ridge Road
 )
-_UNIT_WORDS: Final = frozenset(
-    {"apt", "apartment", "suite", "ste", "unit", "flat", "floor", "bldg", "building"}
-)
+# A unit on its own is an address: "Suite 501", "Apt. 864", "P.O. Box 242". "Unit" and
+# "Flat" are everyday words too ("unit 5 of the course", "a flat 25 fee"), so alone they
+# need an address after them; "floor" and "building" count only after a street.
+_UNIT_WORDS: Final = frozenset({"apt", "apartment", "suite", "ste", "unit", "flat"})
+_PLAIN_UNIT_WORDS: Final = frozenset({"unit", "flat"})
+_PO_BOX: Final = frozenset({"p.o", "po"})
 _STREET_WORDS: Final = frozenset(
     {"via", "viale", "rua", "rue", "calle", "avenida", "strada", "piazza", "plac", "ulica", "ul"}
 )
 _PARTICLES: Final = frozenset({"do", "da", "de", "del", "della", "di", "dos", "das", "des", "du"})
 _COMPOUND_RE: Final = re.compile(
     r"[A-ZÀ-Þ][\w'\-]*(?:katu|tie|kuja|polku|gata|gatan|vej|veien|vegen|stien|gasse"
-    r"|stra(?:ss|ß)e|weg|laan|straat|plein|utca|tér|tee|ulice)"
+    r"|stra(?:ss|ß)e|weg|laan|straat|plein|utca|tér|(?<![tns])tee|ulice)"  # not Committee
 )
 _UNIT_AFTER_RE: Final = re.compile(
     r",?\ {1,2}(?:(?i:apt|apartment|suite|ste|unit|flat|floor|bldg|building)\.?\ {0,2}\#?"
     r"|\#)\ {0,2}[A-Za-z]?\d{1,6}[A-Za-z]?(?!\w)"
 )
+# A number right after one of these labels is that thing's number, not a house number:
+# "Room 12 Garden View", "flight 123", "Order 4521", "gate 22", "bought 2 ...".
+_LABEL_WORDS: Final = _words(
+    "about account acct add added approx approximately around bed berth book booked booking"
+    " bought bus buy cabin car carriage case chapter claim class coach confirmation customer"
+    " day deck dock episode every exit fl flight floor flt gate grade group hall hour id"
+    " invoice issue item just lesson level line locker member model module month need needs"
+    " night only order ordered over pack packed page part pg phase pier platform purchase"
+    " purchased receipt ref reference reservation reserve reserved rm room round row season"
+    " seat section sector sell size sku slot sold stage step stop table task team terminal"
+    " than top total track train under user ver version vol volume want wants ward week wing"
+    " x year zone"
+)
+# What a count is of (a time, a distance, people, luggage): never a street name's first word,
+# and a unit or street followed by one was a quantity ("Suite 2 nights", "5 Minutes Walk").
+_COUNT_WORDS: Final = _words(
+    "a.m adult adults am bags beds blocks child children connections copies days dollars eur"
+    " euros feet files flights ft gbp guests hour hours hr hrs infants items kids kilometers"
+    " kilometres km kms layovers legs lessons meters metres miles min mins minute minutes month"
+    " months night nights orders p.m pages passengers pax people percent persons pieces pm"
+    " pounds rooms seats sec second seconds secs segments slides steps stops suitcases tickets"
+    " times travelers travellers units usd week weeks yards year years yr yrs"
+)
+_FOLLOW_RE: Final = re.compile(r"\ {1,2}([A-Za-z][A-Za-z.]{0,23})(?![\w])")
+# A lower-case word ending in -s that is a verb or an adverb, not what a number counted.
+_NOT_PLURAL: Final = _words(
+    "was has does goes its yes always perhaps besides towards afterwards sometimes whereas"
+    " nowadays hers ours yours theirs upstairs downstairs overseas indoors outdoors needs gets"
+    " looks belongs means seems sits lies stands faces runs leads takes makes gives keeps"
+)
+_ARTICLES: Final = frozenset({"a", "an", "the", "per", "one"})
+# After a lone "Unit 8505" / "Flat 3": the end, a comma or line break, a box, a capital or
+# a number (the address goes on), never a lower-case word ("unit 5 of the course").
+_PLACE_FOLLOWS_RE: Final = re.compile(
+    r"\ {0,2}(?:\Z|[\n\r,;)\]}\"'])|\ {1,2}(?:(?i:box)\b|[A-Z\d])"
+)
 
 
 def _words_before(text: str, start: int, count: int) -> list[tuple[int, str]]:
     """Up to ``count`` words before ``start`` on its line, nearest first, as (start, word);
-    stops at a word without a letter. Constant work per call (each word is 24 chars at most).
+    stops at a word without a letter. A leading quote mark (``>Apt. 805``) is not part of
+    the word. Constant work per call (each word is 24 chars at most).
     """
     out: list[tuple[int, str]] = []
     pos = start
@@ -127,12 +190,81 @@ def _words_before(text: str, start: int, count: int) -> list[tuple[int, str]]:
             begin -= 1
         if begin > 0 and not text[begin - 1].isspace():
             break  # a longer run than any street word
+        while begin < end - 1 and text[begin] in ">*-•(\"'[":
+            begin += 1
         word = text[begin:end]
         if not any(ch.isalpha() for ch in word):
             break
         out.append((begin, word))
         pos = begin
     return out
+
+
+def _counted(text: str, end: int, street: bool) -> bool:
+    """Whether the word after ``end`` says the number before was a count: a count word, or
+    (after a ``street``) any lower-case plural noun ("2 Disney Park tickets")."""
+    follow = _FOLLOW_RE.match(text, end)
+    if follow is None:
+        return False
+    word = follow.group(1).rstrip(".")
+    lower = word.lower()
+    if lower in _COUNT_WORDS:
+        return True
+    return (
+        street
+        and word.islower()
+        and len(word) > 2
+        and word.endswith("s")
+        and not word.endswith(("ss", "us", "is"))
+        and lower not in _NOT_PLURAL
+    )
+
+
+def _number_first_street(text: str, start: int, street: re.Match[str]) -> bool:
+    """Whether the number at ``start`` and the ``street`` after it are a house address."""
+    if street["name"].rstrip(".").lower() in _COUNT_WORDS:
+        return False  # "5 Minutes Walk", "10 AM Central Time"
+    suffix = street["suffix"]
+    if suffix.lower() in _COMMON_SUFFIXES and not suffix[0].isupper():
+        return False  # "2 Ocean view", "3 Large Pizzas way"
+    if _counted(text, street.end(), street=True):
+        return False  # "3 Wall Street analysts"
+    before = _words_before(text, start, 1)
+    if not before:
+        return True
+    label = before[0][1].rstrip(".:")
+    if label.isupper() and label.isalpha() and len(label) <= 3:
+        return False  # a flight or route code: "HAT 123", "UA 2014"
+    return label.lower() not in _LABEL_WORDS
+
+
+def _address_before(text: str, start: int, end: int) -> int:
+    """Where an address that ends with the number ``start:end`` begins: at a unit, a compound
+    street name or a street-type word before it; ``start`` when there is none."""
+    before = _words_before(text, start, 4)
+    if not before:
+        return start
+    first, word = before[0]
+    bare = word.rstrip(".,").lower()
+    if bare == "box" and len(before) > 1 and before[1][1].lower().rstrip(".") in _PO_BOX:
+        return before[1][0]  # "P.O. Box 242"
+    if bare in _UNIT_WORDS:
+        if bare in _PLAIN_UNIT_WORDS and (
+            _PLACE_FOLLOWS_RE.match(text, end) is None
+            or (len(before) > 1 and before[1][1].lower() in _ARTICLES)
+        ):
+            return start
+        return first
+    if _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
+        return first
+    # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then capitalised
+    # names or particles (so "via Miami on May 17" is no address).
+    for n, (at, candidate) in enumerate(before):
+        if candidate[0].isupper() and candidate.rstrip(".").lower() in _STREET_WORDS:
+            if all(w[0].isupper() or w in _PARTICLES for _, w in before[:n]):
+                return at
+            break
+    return start
 
 
 def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
@@ -145,26 +277,12 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
         start, end = m.span()
         pos = end
         street = _STREET_AFTER_RE.match(text, end)
-        if street is not None:
+        if street is not None and _number_first_street(text, start, street):
             end = street.end()
         else:
-            before = _words_before(text, start, 4)
-            if not before:
-                continue
-            first, word = before[0]
-            bare = word.rstrip(".").lower()
-            if bare in _UNIT_WORDS or _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
-                start = first
-            else:
-                # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then
-                # capitalised names or particles (so "via Miami on May 17" is no address).
-                for n, (at, candidate) in enumerate(before):
-                    if candidate[0].isupper() and candidate.rstrip(".").lower() in _STREET_WORDS:
-                        if all(w[0].isupper() or w in _PARTICLES for _, w in before[:n]):
-                            start = at
-                        break
-                if start == m.start():
-                    continue
+            start = _address_before(text, start, end)
+            if start == m.start() or _counted(text, end, street=False):
+                continue  # no address, or a count: "Suite 2 nights", "Katie 3 years"
         unit = _UNIT_AFTER_RE.match(text, end)
         if unit is not None:
             end = unit.end()
@@ -197,7 +315,11 @@ def find_zip_codes(view: TextView) -> Iterator[tuple[int, int]]:
     text = view.text
     for m in _ZIP_RE.finditer(text):
         start = m.start()
-        if _STATE_BEFORE_RE.search(text, max(0, start - 5), start):
+        state = _STATE_BEFORE_RE.search(text, max(0, start - 5), start)
+        if state is None:
+            continue
+        label = _words_before(text, state.start(), 1)  # "Order ID 48213" is no Idaho ZIP
+        if not label or label[0][1].rstrip(".:").lower() not in _LABEL_WORDS:
             yield m.span()
     if any(word in text for word in _ZIP_WORDS):
         for m in _KEYWORD_ZIP_RE.finditer(text):

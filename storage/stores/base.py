@@ -34,8 +34,10 @@ Time, one convention for every store and layer: a ``clock`` constructor option,
 read for lease expiry, the retention cut-off (``datetime.fromtimestamp(clock(), UTC)``) and
 ``purge_interval``; tests inject :class:`storage.testing.FakeClock`. Durations in options
 (``retention="30d"``, ``purge_interval="1h"``) go through
-:func:`storage.durations.parse_duration`. A server store whose leases or TTLs live on the
-server uses the server's clock for those and says so. Shared argument checks of the
+:func:`storage.durations.parse_duration` and are annotated ``Duration`` (or
+``PositiveDuration``): the annotation carries the check (:mod:`storage.checked`), so config
+reports a bad value with the configuration's other problems. A server store whose leases or
+TTLs live on the server uses the server's clock for those and says so. Shared argument checks of the
 abilities (``fetch_since``'s ``after``, leases, cursors, records, checkpoints) are in
 :mod:`storage.stores.checks`; scan search and snippets in :mod:`storage.search`.
 """

@@ -25,7 +25,7 @@ from storage.abilities import (
     Tail,
     encode_session_cursor,
 )
-from storage.durations import parse_duration
+from storage.durations import Duration, parse_duration
 from storage.errors import ConfigError, ConflictError, StorageUnavailableError
 from storage.history import prepare_batch, safe_window, validate_history, whole_tool_groups
 from storage.message import ChatKey, ChatMessage, check_key_part
@@ -118,8 +118,8 @@ class InMemoryChatStorage(BaseStore):
     def __init__(
         self,
         *,
-        retention: float | str | timedelta | None = None,
-        purge_interval: float | str | timedelta = 3600.0,
+        retention: Duration | None = None,
+        purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._users: dict[str, dict[str, dict[str, _Conversation]]] = {}

@@ -78,7 +78,7 @@ def test_tool_blocks_become_calls_and_tool_messages() -> None:
     )
     assert [(m.tool_call_id, m.content) for m in messages[2:4]] == [
         ("t1", "sunny"),
-        ("t2", ({"json": {"hour": 9}},)),
+        ("t2", '{"hour": 9}'),  # a JSON block: the tool's output as JSON text
     ]
     # Only structure rides in metadata: the group and the status, never text.
     assert messages[3].metadata["agent_squad"]["status"] == "error"
@@ -154,7 +154,7 @@ def test_any_conversation_round_trips(messages: list[ConversationMessage]) -> No
 
 def test_bad_content_is_refused() -> None:
     with pytest.raises(InvalidMessageError, match="list of blocks"):
-        to_chat_messages(ConversationMessage("user", "not a list"))  # type: ignore[arg-type]
+        to_chat_messages(ConversationMessage("user", 42))  # type: ignore[arg-type]
     with pytest.raises(InvalidMessageError, match="ConversationMessage"):
         to_chat_messages({"role": "user"})
 

@@ -6,21 +6,24 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
+from storage.checked import Check
 from storage.cli import main
 from storage.config import describe, load_config, open_storage, parse_config
 from storage.config.build import build
 from storage.config.chain import parse_url
 from storage.config.registry import Registry
-from storage.errors import ConfigError
+from storage.errors import ConfigError, InvalidArgumentError
 from storage.layers.scrubbing import scrub_layer
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.pii import PIIScrubber
+from storage.stores.jsonl import JsonlChatStorage
 from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
 
 KEY = ChatKey("u", "s", "a")
 
@@ -380,3 +383,135 @@ def test_a_json_config_with_a_repeated_key_and_other_mistakes(tmp_path: Path) ->
     assert len(lines) == 3
     with pytest.raises(ConfigError, match="key 'trigger_at' is given twice"):
         load_config(path)
+
+
+# --- option values a constructor checks: config problems, listed with the others ------------
+
+# (store, URL, its duration options); nothing is reached: no server, no file is touched.
+DURATION_OPTIONS = [
+    ("memory", "memory://", ("retention", "purge_interval")),
+    ("sqlite", "sqlite:///{tmp}/chats.db", ("retention", "purge_interval")),
+    ("jsonl", "jsonl://{tmp}/chats", ("retention", "purge_interval")),
+    ("postgresql", "postgresql://127.0.0.1:1/chats", ("retention", "purge_interval")),
+    ("redis", "redis://127.0.0.1:1/0", ("ttl",)),
+]
+STORES = [pytest.param(url, names, id=store) for store, url, names in DURATION_OPTIONS]
+
+
+def duration_problems(error: BaseException, names: tuple[str, ...]) -> list[str]:
+    lines = problem_lines(error)
+    assert len(lines) == len(names) + 1, str(error)
+    assert any("unknown layer 'scrubb'" in line for line in lines)
+    return [line for line in lines if "scrubb" not in line]
+
+
+@pytest.mark.parametrize(("url", "names"), STORES)
+def test_bad_durations_in_a_url_are_config_problems(
+    tmp_path: Path, url: str, names: tuple[str, ...]
+) -> None:
+    url = url.format(tmp=tmp_path)
+    bad = ["30x", "-5", "abc"]
+    query = "&".join(f"{name}={value}" for name, value in zip(names, bad, strict=False))
+    with pytest.raises(ConfigError) as info:
+        open_storage(f"scrubb::{url}?{query}")
+    lines = duration_problems(info.value, names)
+    for line, name, value in zip(lines, names, bad, strict=False):
+        assert f"option {name!r}: " in line, line
+        assert value.lstrip("-") in line, line
+    assert list(tmp_path.iterdir()) == []  # nothing constructed
+
+
+@pytest.mark.parametrize(("url", "names"), STORES)
+def test_bad_durations_in_a_dict_and_a_toml_file_are_config_problems(
+    tmp_path: Path, url: str, names: tuple[str, ...]
+) -> None:
+    url = url.format(tmp=tmp_path / "data")
+    values: list[object] = [-5, "abc"]
+    table = {"url": url} | dict(zip(names, values, strict=False))
+    with pytest.raises(ConfigError) as info:
+        open_storage({"store": table, "layers": [{"type": "scrubb"}]})
+    lines = duration_problems(info.value, names)
+    assert "-5" in lines[0]
+    assert all(line.startswith("[store]: ") for line in lines)
+    toml = "\n".join(
+        [
+            "[store]",
+            f'url = "{url}"',
+            *(f'{name} = "{value}"' for name, value in zip(names, ["30x", "soon"], strict=False)),
+            "[[layers]]",
+            'type = "scrubb"',
+        ]
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(write(tmp_path, toml))
+    lines = duration_problems(info.value, names)
+    assert "invalid duration '30x'" in lines[0]
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda tmp: InMemoryChatStorage(retention="30x"),
+        lambda tmp: SQLiteChatStorage(tmp / "c.db", purge_interval=-5),
+        lambda tmp: JsonlChatStorage(tmp, retention="abc"),
+    ],
+    ids=["memory", "sqlite", "jsonl"],
+)
+def test_a_constructor_called_in_code_raises_invalid_argument(tmp_path: Path, make: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="duration"):
+        make(tmp_path)
+
+
+BUILT: list[int] = []
+
+
+def positive(value: int) -> None:
+    if value < 1:
+        raise InvalidArgumentError(f"must be >= 1, got {value}")
+
+
+class Capped(TransformingChatStorage):
+    """A third-party layer whose option declares its check (module level: annotations are
+    resolved in the module's namespace)."""
+
+    def __init__(self, inner: Any, *, limit: Annotated[int, Check(positive)] = 1) -> None:
+        positive(limit)
+        BUILT.append(limit)
+        super().__init__(inner, lambda message, key: message)
+
+
+def test_a_checked_option_of_any_component_is_collected_before_anything_is_built() -> None:
+    BUILT.clear()
+    registry = Registry(entry_points=False)
+    registry.register("layers", "capped", Capped)
+    spec = parse_config(
+        {
+            "store": {"type": "memory", "retention": "30x"},
+            "layers": [{"type": "capped", "limit": 0}, {"type": "capped", "limit": "x"}],
+        },
+        defer=True,
+    )
+    with pytest.raises(ConfigError) as info:
+        build(spec, registry=registry)
+    assert problem_lines(info.value) == [
+        "[store]: store 'memory': option 'retention': invalid duration '30x': use seconds or "
+        "a number with a unit (ms, s, m, h, d, w), e.g. '30d', '12h', '1.5h'",
+        "[[layers]] #1 (capped): layer 'capped': option 'limit': must be >= 1, got 0",
+        "[[layers]] #2 (capped): layer 'capped': option 'limit' must be an integer, got 'x'",
+    ]
+    assert BUILT == []
+    stack = build(
+        parse_config({"store": {"type": "memory"}, "layers": [{"type": "capped", "limit": "3"}]}),
+        registry=registry,
+    )
+    assert BUILT == [3]
+    assert isinstance(stack.inner, Capped)
+
+
+def test_a_constructor_refusing_a_value_it_does_not_declare_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="store 'jsonl': cache_bytes must be an int >= 0") as info:
+        open_storage(f"jsonl://{tmp_path}?cache_bytes=-1")
+    assert isinstance(info.value.__cause__, InvalidArgumentError)

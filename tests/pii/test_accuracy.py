@@ -37,7 +37,7 @@ def test_precision_and_recall_bars(stats: dict[str, dict[str, int]], entity: str
 # Bars a little under what the rules reach (see the README's table), so a regression fails.
 FREE_TEXT_BARS = {  # entity: (min precision, min recall) against the Presidio gold type
     "DATE_OF_BIRTH": (0.95, 0.05),  # Presidio's DATE_TIME is every date: few are births
-    "STREET_ADDRESS": (0.95, 0.45),
+    "STREET_ADDRESS": (0.95, 0.48),
     "ZIP_CODE": (0.85, 0.45),
 }
 AIRLINE_RECALL_BARS = {  # rules only / rules + the user's profile as known values

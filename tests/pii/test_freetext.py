@@ -58,6 +58,75 @@ def test_street_address(scrubber: PIIScrubber, text: str, address: str) -> None:
     assert found(scrubber, text) == [("STREET_ADDRESS", address)]
 
 
+# Real addresses keep being found, US and UK, with their unit numbers.
+ADDRESSES = [
+    ("Ship to 350 Fifth Avenue, Suite 3300, New York", "350 Fifth Avenue, Suite 3300"),
+    ("500 Oak Ridge Road, Floor 3, Austin", "500 Oak Ridge Road, Floor 3"),
+    ("123 Main St #12", "123 Main St #12"),
+    ("my office: 1 Infinite Loop, Cupertino", "1 Infinite Loop"),
+    ("742 Evergreen Terrace is where they live", "742 Evergreen Terrace"),
+    ("975 Sunset Drive gets lots of mail", "975 Sunset Drive"),
+    ("5 Elm street, Springfield", "5 Elm street"),
+    ("221B Baker Street, London NW1 6XE", "221B Baker Street"),
+    ("4 Privet Drive, Little Whinging", "4 Privet Drive"),
+    ("the Ocean View flat is at 4 Ocean View, Brighton", "4 Ocean View"),
+    ("send it to P.O. Box 242, Anchorage", "P.O. Box 242"),
+    ("Unit 8505 Box 9220", "Unit 8505"),
+    (">3369 24 Clarke Avenue\n>Apt. 805\n>Pines Beach", "24 Clarke Avenue"),
+]
+
+
+@pytest.mark.parametrize(("text", "address"), ADDRESSES)
+def test_street_address_us_and_uk_with_units(
+    scrubber: PIIScrubber, text: str, address: str
+) -> None:
+    assert found(scrubber, text)[0] == ("STREET_ADDRESS", address)
+
+
+@pytest.mark.parametrize(
+    ("text", "addresses"),
+    [
+        ("Flat 3, 12 Baker Street", ["Flat 3", "12 Baker Street"]),
+        ("Flat 4B, 7 Kings Road, London", ["Flat 4B", "7 Kings Road"]),
+        (">24 Clarke Avenue\n>Apt. 805\n>Pines Beach", ["24 Clarke Avenue", "Apt. 805"]),
+    ],
+)
+def test_unit_line_and_street_line(scrubber: PIIScrubber, text: str, addresses: list[str]) -> None:
+    assert found(scrubber, text) == [("STREET_ADDRESS", a) for a in addresses]
+
+
+# Numbered phrases of agent conversations that are not addresses (all but the lower-case
+# counts were taken for addresses before).
+NOT_ADDRESSES = [
+    "room 12, floor 3, 45 minutes",
+    "The meeting is in room 12 on floor 3 and lasts 45 minutes.",
+    "Floor 3 has the gym; building 2 is closed.",
+    "Meet at 10:30 Central Park West.",
+    "Only 5 Minutes Walk from the beach, 10 Mins Drive to town.",
+    "I need Room 12 Garden View for 3 nights.",
+    "Booking 123 Garden View is confirmed.",
+    "We have 2 Ocean View rooms left, and 2 Ocean View Rooms on floor 4.",
+    "We have 2 Ocean view suites.",
+    "upgrade to the suite 2 nights later",
+    "flight HAT 123 Boston Park lounge, UA 2014 Grand View gate",
+    "I need 3 bags, 2 adults and 1 child on flight 2045.",
+    "Order 4521 Green Park Way is a tea set.",
+    "I bought 2 Lime Green shirts and 3 Disney Park tickets.",
+    "Send the 3 Power Point slides and save 3 Google Drive files.",
+    "It's what 3 Wall Street analysts said.",
+    "a flat 25 fee per bag",
+    "Unit 5 of the course covers grammar.",
+    "The Subcommittee 3 meets on Friday.",
+    "Katie 3 years old, Via 2 stops",
+    "Order ID 48213 is on its way; your user ID 55012 was created.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_ADDRESSES)
+def test_numbered_phrases_are_not_addresses(scrubber: PIIScrubber, text: str) -> None:
+    assert found(scrubber, text) == []
+
+
 @pytest.mark.parametrize(
     ("text", "zip_code"),
     [

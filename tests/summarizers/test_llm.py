@@ -226,6 +226,36 @@ async def test_mocked_provider_error_is_a_summarizer_error(litellm: ModuleType) 
     assert isinstance(info.value.__cause__, litellm.RateLimitError)
 
 
+BANNER = ("Give Feedback / Get Help", "LiteLLM.Info", "turn_on_debug")
+
+
+@pytest.mark.anyio
+async def test_a_failing_call_prints_nothing_of_litellms_own(
+    litellm: ModuleType, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """litellm prints a help banner on a failed call unless ``suppress_debug_info`` is set:
+    the summarizer sets it when it first loads litellm, even one the application imported."""
+    monkeypatch.setattr(litellm, "suppress_debug_info", False)
+    monkeypatch.setattr("summarizers.llm._quieted", False, raising=False)
+    boom = Exception("provider down")
+    summarize = LiteLLMSummarizer(
+        "gpt-4o-mini", completion_kwargs={"mock_response": boom}, retries=1, backoff=0
+    )
+    with pytest.raises(SummarizerError, match="failed after 2 attempt") as info:
+        await summarize(history(*(text_turn(t) for t in "ABC")), 1)
+    assert isinstance(info.value.__cause__, litellm.InternalServerError)
+    assert "provider down" in str(info.value.__cause__)
+    out, err = capfd.readouterr()
+    assert not [word for word in BANNER if word in out + err], out + err
+    # the same failure, made with the banner on, prints it: the check above can fail
+    monkeypatch.setattr(litellm, "suppress_debug_info", False)
+    with pytest.raises(litellm.InternalServerError):
+        litellm.completion(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], mock_response=boom
+        )
+    assert BANNER[0] in capfd.readouterr().out
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("output", ["", "   \n"])
 async def test_empty_model_output_is_an_error(sent: list[dict[str, Any]], output: str) -> None:

@@ -34,7 +34,7 @@ from storage.abilities import (
     Tail,
     encode_session_cursor,
 )
-from storage.durations import parse_duration
+from storage.durations import Duration, parse_duration
 from storage.errors import ConflictError, InvalidArgumentError, StorageUnavailableError
 from storage.history import prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage, check_key_part
@@ -150,8 +150,8 @@ class JsonlChatStorage(BaseStore):
         fsync_interval: float = 1.0,
         max_cached_keys: int = 1024,
         cache_bytes: int = 32 * 1024 * 1024,
-        retention: float | str | timedelta | None = None,
-        purge_interval: float | str | timedelta = 3600.0,
+        retention: Duration | None = None,
+        purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if fsync not in ("always", "batch", "never"):

@@ -15,6 +15,7 @@ import anyio
 import sniffio
 
 from storage.codec import decode, encode
+from storage.durations import PositiveDuration, parse_positive_duration
 from storage.errors import ConfigError, StorageUnavailableError
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
@@ -41,15 +42,10 @@ Clock = Callable[[], float]
 def _duration(what: str, value: object) -> float | None:
     if value is None:
         return None
-    from storage.durations import parse_duration
-
     try:
-        seconds = parse_duration(value)  # type: ignore[arg-type]
+        return parse_positive_duration(value)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ConfigError(f"postgres {what}: {exc}") from exc
-    if seconds <= 0:
-        raise ConfigError(f"postgres {what} must be > 0 seconds, got {value!r}")
-    return seconds
 
 
 async def _no_session_state(connection: object) -> None:
@@ -96,8 +92,8 @@ class PostgresCore(BaseStore):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
-        retention: float | str | timedelta | None = None,
-        purge_interval: float | str | timedelta | None = None,
+        retention: PositiveDuration | None = None,
+        purge_interval: PositiveDuration | None = None,
         clock: Clock | None = None,
         **connect_options: Any,
     ) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, Final, Self, cast
+from typing import Annotated, Any, Final, Self, TypeAlias, cast
 from urllib.parse import parse_qsl, urlsplit
 
+from storage.checked import Check
 from storage.codec import decode, encode
-from storage.durations import parse_duration
+from storage.durations import parse_positive_duration
 from storage.errors import (
     ChatStorageError,
     ConfigError,
@@ -61,15 +62,18 @@ def _flag(name: str, value: str) -> bool:
 
 
 def _ttl_ms(ttl: float | timedelta | str | None) -> int:
+    """``ttl`` in milliseconds; 0 (no expiry) for ``None`` or ``""`` (``?ttl=``).
+
+    Raises:
+        InvalidArgumentError: not a duration > 0.
+    """
     if ttl is None or ttl == "":
         return 0
-    try:
-        seconds = parse_duration(ttl)
-    except (InvalidArgumentError, TypeError, ValueError):
-        raise ConfigError(f"redis ttl must be a duration in seconds, got {ttl!r}") from None
-    if not seconds > 0:
-        raise ConfigError(f"redis ttl must be > 0 seconds (or None for no expiry), got {ttl!r}")
-    return max(int(seconds * 1000), 1)
+    return max(int(parse_positive_duration(ttl) * 1000), 1)
+
+
+#: The ``ttl`` option: a duration > 0, or ``""`` for none (config checks it with the others).
+TTL: TypeAlias = Annotated[float | timedelta | str, Check(_ttl_ms)]
 
 
 def new_epoch() -> str:
@@ -119,7 +123,7 @@ class RedisCore(BaseStore):
         url: str = "redis://localhost:6379/0",
         *,
         prefix: str | None = None,
-        ttl: float | timedelta | str | None = None,
+        ttl: TTL | None = None,
         cluster: bool | None = None,
         clock: Callable[[], float] | None = None,
         **client_options: Any,
@@ -147,7 +151,10 @@ class RedisCore(BaseStore):
             )
         self.prefix = prefix
         self.layout = Layout(prefix)
-        self._ttl = _ttl_ms(ttl if ttl is not None else query.get("ttl"))
+        try:
+            self._ttl = _ttl_ms(ttl if ttl is not None else query.get("ttl"))
+        except InvalidArgumentError as exc:
+            raise ConfigError(f"redis ttl: {exc}") from exc
         self.ttl = self._ttl / 1000 if self._ttl else None
         if cluster is None:
             cluster = _flag("cluster", query.get("cluster", "false"))

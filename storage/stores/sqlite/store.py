@@ -40,7 +40,7 @@ from storage.abilities import (
     Tail,
 )
 from storage.codec import DecodeCache, decode
-from storage.durations import parse_duration
+from storage.durations import Duration, parse_duration
 from storage.errors import ConfigError, ConflictError, InvalidArgumentError, StorageUnavailableError
 from storage.history import drop_orphaned_results, prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage, check_key_part
@@ -148,8 +148,8 @@ class SQLiteChatStorage(BaseStore):
         busy_timeout: float = 5.0,
         cache_chars: int = _DEFAULT_CACHE_CHARS,
         create: bool = True,
-        retention: float | str | timedelta | None = None,
-        purge_interval: float | str | timedelta = 3600.0,
+        retention: Duration | None = None,
+        purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous not in ("off", "normal", "full", "extra"):

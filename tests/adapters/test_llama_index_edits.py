@@ -1,0 +1,142 @@
+"""LlamaIndex adapters where LlamaIndex's own stores set the bar: tool messages without a
+call id, and edits (delete, insert, set) racing a message another worker appends between the
+edit's read and its write, over one SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core.base.llms.types import ChatMessage as LlamaMessage
+from llama_index.core.memory import ChatMemoryBuffer, Memory
+from llama_index.core.storage.chat_store import SimpleChatStore
+from llama_index.core.storage.chat_store.base_db import MessageStatus
+
+from storage.adapters.llama_index import LlamaIndexChatStore
+from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
+from storage.errors import ConflictError
+from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+from tests.adapters.racing import AppendsAfterRead
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # LlamaIndex's SQL chat store (the native side) runs on asyncio
+
+
+pytestmark = pytest.mark.anyio
+
+TOOL_WITHOUT_ID = [
+    LlamaMessage(role="user", content="What is six times seven?"),
+    LlamaMessage(role="assistant", content="Let me compute."),
+    LlamaMessage(role="tool", content="42"),
+    LlamaMessage(role="assistant", content="It is 42."),
+]
+
+
+async def test_memory_keeps_a_tool_message_without_a_call_id() -> None:
+    def memory(chat_store: Any) -> Memory:
+        return Memory.from_defaults(session_id="s", chat_store=chat_store)
+
+    native = memory(None)  # LlamaIndex's SQLAlchemyChatStore
+    ours = memory(LlamaIndexMemoryStore(InMemoryChatStorage(), user_id="u"))
+    for m in (native, ours):
+        await m.aput_messages(TOOL_WITHOUT_ID)
+    assert await ours.aget_all() == await native.aget_all() == TOOL_WITHOUT_ID
+
+
+async def test_chat_memory_buffer_keeps_a_tool_message_without_a_call_id() -> None:
+    native = ChatMemoryBuffer.from_defaults(chat_store=SimpleChatStore(), chat_store_key="c")
+    ours = ChatMemoryBuffer.from_defaults(
+        chat_store=LlamaIndexChatStore(InMemoryChatStorage(), user_id="u"), chat_store_key="c"
+    )
+    for m in (native, ours):
+        await m.aput_messages(TOOL_WITHOUT_ID)
+    assert await ours.aget_all() == await native.aget_all() == TOOL_WITHOUT_ID
+
+
+# --- edits racing an append --------------------------------------------------------------
+
+
+def texts(messages: list[LlamaMessage]) -> list[str | None]:
+    return [m.content for m in messages]
+
+
+async def two_workers(
+    db: Path, times: int = 1
+) -> tuple[LlamaIndexChatStore, LlamaIndexChatStore, AppendsAfterRead]:
+    """Worker one edits; worker two (another store instance on the file) appends meanwhile."""
+    two = LlamaIndexChatStore(SQLiteChatStorage(db), user_id="u")
+    counter = iter(range(100))
+
+    async def append() -> None:
+        await two.async_add_message("c", LlamaMessage(role="user", content=f"late {next(counter)}"))
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), append, times=0)
+    one = LlamaIndexChatStore(racing, user_id="u")
+    await one.aset_messages("c", [LlamaMessage(role="user", content=f"m{n}") for n in range(4)])
+    racing.times = times
+    return one, two, racing
+
+
+async def test_delete_last_message_never_erases_a_message_appended_meanwhile(
+    tmp_path: Path,
+) -> None:
+    one, two, _ = await two_workers(tmp_path / "chats.db")
+    removed = await one.adelete_last_message("c")
+    assert removed is not None
+    assert removed.content == "m3"
+    assert texts(await two.aget_messages("c")) == ["m0", "m1", "m2", "late 0"]
+
+
+async def test_delete_message_by_index_never_erases_a_message_appended_meanwhile(
+    tmp_path: Path,
+) -> None:
+    one, two, _ = await two_workers(tmp_path / "chats.db")
+    removed = await one.adelete_message("c", 1)
+    assert removed is not None
+    assert removed.content == "m1"
+    assert texts(await two.aget_messages("c")) == ["m0", "m2", "m3", "late 0"]
+
+
+async def test_insert_never_erases_a_message_appended_meanwhile(tmp_path: Path) -> None:
+    one, two, _ = await two_workers(tmp_path / "chats.db")
+    await one.async_add_message("c", LlamaMessage(role="user", content="inserted"), idx=1)
+    assert texts(await two.aget_messages("c")) == ["m0", "inserted", "m1", "m2", "m3", "late 0"]
+
+
+async def test_an_edit_that_keeps_conflicting_raises_and_changes_nothing(tmp_path: Path) -> None:
+    one, two, racing = await two_workers(tmp_path / "chats.db", times=1000)
+    with pytest.raises(ConflictError):
+        await one.adelete_message("c", 0)
+    racing.times = 0
+    got = texts(await two.aget_messages("c"))
+    assert got[:4] == ["m0", "m1", "m2", "m3"]  # nothing removed; every append kept
+    assert len(got) == 4 + 5
+
+
+async def test_memory_edits_never_erase_a_message_appended_meanwhile(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = LlamaIndexMemoryStore(SQLiteChatStorage(db), user_id="u")
+
+    async def append() -> None:
+        await two.add_message("s", LlamaMessage(role="user", content="late"))
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), append, times=0)
+    one = LlamaIndexMemoryStore(racing, user_id="u")
+    await one.add_messages("s", [LlamaMessage(role="user", content=f"m{n}") for n in range(4)])
+    await one.archive_oldest_messages("s", 1)
+    racing.times = 1
+    removed = await one.delete_message("s", 2)
+    assert removed is not None
+    assert removed.content == "m2"
+    racing.times = 1
+    gone = await one.delete_oldest_messages("s", 1)
+    assert texts(gone) == ["m1"]
+    assert texts(await two.get_messages("s", status=None)) == ["m0", "m3", "late", "late"]
+    assert texts(await two.get_messages("s", status=MessageStatus.ARCHIVED)) == ["m0"]
