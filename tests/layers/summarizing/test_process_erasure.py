@@ -67,15 +67,16 @@ async def test_another_process_erasure_stops_a_pinned_worker_within_the_bound(
         base = JsonlChatStorage(tmp_path / "j")
         url = f"jsonl://{tmp_path / 'j'}"
     clock = FakeClock(0.0)
+    # The default bound: one second of the layer's clock.
     pinned = SummarizingChatStorage(
-        base, trigger_at=2, keep_last=1, coherence="process", process_recheck=2.0, clock=clock
+        base, trigger_at=2, keep_last=1, coherence="process", clock=clock
     )
     async with pinned:
         await pinned.save_messages(KEY, _history())
         view = await pinned.fetch(KEY)
         assert view[0].is_summary  # cached, summarized
         await _in_other_process(url, op)
-        clock.advance(2.0)  # the bound has passed
+        clock.advance(1.0)  # the bound has passed
         after = await pinned.fetch(KEY)
         if op == "replace":
             assert [m.text for m in after] == ["a new start"]
