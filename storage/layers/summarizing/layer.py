@@ -161,8 +161,14 @@ class SummarizingChatStorage(
             has the ``CheckpointStorage`` ability, else ``"memory"``.
         coherence: with ``summaries="store"``: ``"store"`` (default) reads the key's head on
             every fetch of a cached key, so saves, checkpoints and deletes made through any
-            instance or process are seen; ``"process"`` skips that read, for deployments
-            that pin each conversation to one process.
+            instance or process are seen; ``"process"`` reads it at most once per
+            ``process_recheck`` seconds, for deployments that pin each conversation to one
+            process.
+        process_recheck: with ``coherence="process"``: the most seconds (of ``clock``) a
+            cached key is served without reading its head, so an erasure (``delete``,
+            ``delete_user``), a ``replace`` or a purge made through another process stops
+            being served within that bound (default 1 s; ``None``: never read, only for
+            conversations no other process ever erases). Must be > 0.
         on_error: ``"raise"`` (default): a summarizer failure propagates as
             ``SummarizerError`` from the save or fetch that triggered it; ``"fallback"``:
             save and fetch never fail because of the summarizer (see :mod:`.policy`).
@@ -240,6 +246,7 @@ class SummarizingChatStorage(
         trim_tool_results: int | None = None,
         trim_keep_turns: int = 2,
         background: bool = False,
+        process_recheck: float | None = 1.0,
     ) -> None:
         super().__init__(inner)
         if trigger_tokens is not None and trigger_fraction is not None:
@@ -279,6 +286,8 @@ class SummarizingChatStorage(
             raise ValueError(f"timeout must be > 0 or None, got {timeout}")
         if lease_ttl is not None and lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be > 0, got {lease_ttl}")
+        if process_recheck is not None and not process_recheck > 0:
+            raise ValueError(f"process_recheck must be > 0 or None, got {process_recheck}")
         if retry_backoff < 0 or retry_max < retry_backoff:
             raise ValueError(
                 f"need 0 <= retry_backoff <= retry_max, got {retry_backoff} and {retry_max}"
@@ -318,6 +327,8 @@ class SummarizingChatStorage(
         self.summaries: Summaries = "store" if store is not None else "memory"
         self._coherence: Coherence = coherence
         self._coherent = coherence == "store"
+        self._clock = clock or time.monotonic
+        self._recheck = None if self._coherent else process_recheck
         self.lease_ttl = (
             lease_ttl if lease_ttl is not None else (timeout + 30.0 if timeout else 300.0)
         )
@@ -416,7 +427,11 @@ class SummarizingChatStorage(
             # The hot path: one head read, nothing changed, the view served from memory.
             self._states.bump(key)
             grew = False
-            if self._coherent:
+            if self._coherent or (
+                self._recheck is not None
+                and self._clock() >= state.recheck_at
+                and self._recheck_due(state)
+            ):
                 head = await store.head(key)
                 known = state.head
                 if (
@@ -443,12 +458,26 @@ class SummarizingChatStorage(
                 await fleet.load(store, key, state)
                 if state.checkpoint is not None:
                     self.checkpoints_loaded += 1
+                if self._recheck is not None:
+                    state.recheck_at = self._clock() + self._recheck
         if self._policy.due(state):
             if self.background:
                 self._schedule(state, key)
             else:
                 await self._trigger(state, key, wait=True, activation=True)
         return self._serve(state, limit)
+
+    def _recheck_due(self, state: KeyState) -> bool:
+        """``coherence="process"``: whether the cached key's head is due a read (at most once
+        per ``process_recheck`` seconds), so another process's erasure reaches this one."""
+        recheck = self._recheck
+        if recheck is None:
+            return False
+        now = self._clock()
+        if now < state.recheck_at:
+            return False
+        state.recheck_at = now + recheck
+        return True
 
     def _serve(self, state: KeyState, limit: int | None) -> list[ChatMessage]:
         view = state.view

@@ -53,6 +53,8 @@ class KeyState:
             holds alike. ``None``: not held.
         compactions: times the view's head was replaced (memory mode's view version).
         scheduled: background mode: a summary task for this key is queued or running.
+        recheck_at: ``coherence="process"``: the layer's clock time from which the next
+            fetch reads the key's head again.
     """
 
     __slots__ = (
@@ -67,6 +69,7 @@ class KeyState:
         "measure",
         "n_summary",
         "pending",
+        "recheck_at",
         "retry_at",
         "scheduled",
         "seqs",
@@ -97,6 +100,7 @@ class KeyState:
         self.hold: Hold | None = None
         self.compactions = 0
         self.scheduled = False
+        self.recheck_at = 0.0
 
     @property
     def unit(self) -> Unit:
