@@ -40,6 +40,7 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
     The two reads are checked against each other (the tail's head names the checkpoint
     version and epoch read); a checkpoint written in between makes it read again.
     """
+    previous = -1
     for _ in range(_LOAD_ATTEMPTS):
         checkpoint = await store.load_checkpoint(key)
         tail = await store.fetch_since(key, checkpoint.covers_to if checkpoint else 0)
@@ -49,6 +50,9 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
             checkpoint is None or checkpoint.epoch == head.epoch
         ):
             break
+        if checkpoint is None and head.checkpoint_version == previous:
+            break  # stored but unreadable twice: ignored (the store counted it)
+        previous = head.checkpoint_version
     if checkpoint is not None and checkpoint.epoch != head.epoch:
         checkpoint = None  # made under a record that no longer exists
         tail = await store.fetch_since(key, 0)
