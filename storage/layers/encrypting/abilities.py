@@ -96,6 +96,8 @@ class SealedAbilities(RecordsAndVault):
 
         async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T: ...
 
+        def describe(self) -> str: ...
+
     async def head(self, key: ChatKey) -> Head:
         result: Head = await self._below.head(key)
         return result

@@ -501,7 +501,8 @@ async def test_a_checkpoint_that_does_not_decrypt_never_hides_the_record(
     stored = await base.load_checkpoint(KEY)  # type: ignore[attr-defined]
     assert stored is not None
     token = stored.messages[0].content
-    assert isinstance(token, str) and is_token(token)
+    assert isinstance(token, str)
+    assert is_token(token)
     flipped = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
     broken = attrs.evolve(
         stored, messages=(attrs.evolve(stored.messages[0], content=flipped), *stored.messages[1:])
@@ -523,7 +524,8 @@ async def test_a_checkpoint_that_does_not_decrypt_never_hides_the_record(
     await second.save(KEY, ChatMessage("assistant", "answer 4"))
     assert (await second.fetch(KEY))[0].is_summary
     replaced = await encrypt.load_checkpoint(KEY)
-    assert replaced is not None and replaced.version > stored.version + 1
+    assert replaced is not None
+    assert replaced.version > stored.version + 1
     assert (await open_storage(url).fetch(KEY))[0].is_summary
     await first.aclose()
     await second.aclose()
