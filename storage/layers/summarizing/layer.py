@@ -69,11 +69,10 @@ from storage.errors import (
     InvalidMessageError,
     SummarizerError,
 )
-from storage.history import last_turns_start, safe_window
-from storage.layers.summarizing import fleet
+from storage.history import last_turns_start
+from storage.layers.summarizing import fleet, memory
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
 from storage.layers.summarizing.cutting import (
-    PINNED_ROLES,
     Cut,
     Work,
     mark_verbatim,
@@ -82,10 +81,10 @@ from storage.layers.summarizing.cutting import (
     plan_cut,
     view_form,
 )
+from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import with_hold, without_hold
 from storage.layers.summarizing.policy import OnError, Policy
 from storage.layers.summarizing.projection import (
-    leading_summaries,
     mark_summary,
     serve,
     split_result,
@@ -93,7 +92,7 @@ from storage.layers.summarizing.projection import (
 )
 from storage.layers.summarizing.state import KeyState, KeyStates
 from storage.layers.summarizing.trimming import trim_tool_results
-from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage, check_key_part
 from storage.protocol import ChatStorage, ChatStorageWrapper
 
 if TYPE_CHECKING:
@@ -344,6 +343,8 @@ class SummarizingChatStorage(
                 marker = message.metadata.get("chatlayers")
                 if marker and marker.get("trimmed_chars"):  # a trimmed copy keeps its id
                     return counter.count(message, f"{message.id}\x00trimmed")
+                if marker and marker.get("summary"):  # a header keeps the prompt's id
+                    return counter.count(message, f"{message.id}\x00{hash(message.text)}")
                 return counter.count(message)
 
         # The newest window a view with no summary is served as (fallback, pair budget).
@@ -432,11 +433,10 @@ class SummarizingChatStorage(
                     self._schedule(state, key)
                 else:
                     await self._trigger(state, key, wait=False, activation=False)
-            view = state.view
             window = self._window
-            if window is not None and state.n_summary == 0 and len(view) > window:
-                return serve(view, limit, window)  # no summary yet: newest window
-            return safe_window(view, limit)
+            if window is not None and state.n_summary == 0:
+                return serve(state.view, limit, window)  # no summary yet: newest window
+            return serve(state.view, limit, None)
         state = self._states.create(key)
         async with state.sync_lock:
             if state.view is None:
@@ -451,12 +451,9 @@ class SummarizingChatStorage(
         return self._serve(state, limit)
 
     def _serve(self, state: KeyState, limit: int | None) -> list[ChatMessage]:
-        view = state.view
-        assert view is not None
-        window = self._window
-        if window is not None and state.n_summary == 0 and len(view) > window:
-            return serve(view, limit, window)  # no summary yet: the newest window
-        return safe_window(view, limit)
+        assert state.view is not None
+        window = self._window if state.n_summary == 0 else None  # no summary: newest window
+        return serve(state.view, limit, window)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -683,7 +680,7 @@ class SummarizingChatStorage(
             # The hold is decided from what is stored (the checkpoint and the raw messages
             # after it), and stored with it, so every instance holds the key alike.
             kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]
-            size = state.size_of(view_form(messages)) + state.size_of(kept)
+            size = self._policy.measure(state, [*view_form(messages), *kept])
             hold = self._policy.hold_for(size, sum(1 for m in kept if m.role == "user"))
             messages = with_hold(messages, hold, state.unit)
             now = datetime.now(UTC)
@@ -701,7 +698,6 @@ class SummarizingChatStorage(
             SummarizerError: the summarizer failed or its result was refused.
         """
         policy = self._policy
-        size_of = state.size_of
         if self.trim_tool_results is not None:
             items = list(work.items)
             trimmed = trim_tool_results(
@@ -711,7 +707,7 @@ class SummarizingChatStorage(
                 cut = last_turns_start(items, self.trim_keep_turns)
                 messages = work.checkpoint(work.prior, cut, copies=trimmed[:cut])
                 kept = items[max(cut, work.n_carried) :]
-                if size_of(messages) + size_of(kept) <= policy.trigger:
+                if policy.measure(state, [*view_form(messages), *kept]) <= policy.trigger:
                     self.trims_made += 1
                     return messages, work.covers_to_after(cut), "trim"
                 work = attrs.evolve(work, items=tuple(trimmed))  # the summarizer reads less
@@ -754,7 +750,10 @@ class SummarizingChatStorage(
             trigger=policy.trigger,
             keep_budget=policy.keep_budget,
             by_tokens=policy.trigger_tokens is not None,
-            fixed=size_of(work.prior) + (size_of([work.pinned]) if work.pinned else 0),
+            # Tokens count everything the model gets; pairs only the turns after the header.
+            fixed=size_of(header_messages(work.pinned, work.prior))
+            if policy.trigger_tokens is not None
+            else 0,
         )
 
     def _may_cut(self, state: KeyState) -> bool:
@@ -851,8 +850,9 @@ class SummarizingChatStorage(
     def _over(self, messages: Sequence[ChatMessage]) -> bool:
         """``messages`` are over the budget (a cold key's raw history)."""
         counter = self._counter
-        if counter is None:
-            return len(messages) > self._policy.trigger
+        if counter is None:  # pairs count the messages after the leading prompt
+            lead = 1 if messages and messages[0].role in INSTRUCTION_ROLES else 0
+            return len(messages) - lead > self._policy.trigger
         total: int = counter.total(messages)
         return total > self._policy.trigger
 
@@ -860,11 +860,10 @@ class SummarizingChatStorage(
         if not self._policy.may_try(state):
             return
         async with state.lock:
-            view = state.view
-            if view is not None and self._policy.due(state) and self._policy.may_try(state):
+            if state.view is not None and self._policy.due(state) and self._policy.may_try(state):
                 state.summarizing = True
                 state.pending = []
-                await self._summarize_memory(state, key, list(view), activation=False)
+                await self._summarize_memory(state, key, memory.source(state), activation=False)
 
     async def _summarize_memory(
         self, state: KeyState, key: ChatKey, source: list[ChatMessage], *, activation: bool
@@ -874,14 +873,10 @@ class SummarizingChatStorage(
         accepted: list[ChatMessage] | None = None
         self.summarizer_calls += 1
         # The leading system prompt is pinned: never summarized, first in every view.
-        pinned = source[:1] if source and source[0].role in PINNED_ROLES else []
-        if pinned and pinned[0].is_summary:
-            pinned = []
+        pinned = memory.pinned_of(source)
+        body = source[1:] if pinned is not None else source
         try:
-            accepted = await run_summarizer(
-                self.summarizer, source[len(pinned) :], self.keep_last, self.timeout
-            )
-            accepted = [*pinned, *accepted]
+            accepted = await run_summarizer(self.summarizer, body, self.keep_last, self.timeout)
         except BaseException as exc:
             self.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -896,15 +891,14 @@ class SummarizingChatStorage(
             late = [m for m in pending if m.id not in seen]
             if accepted is not None:
                 self._policy.succeeded(state)
-                state.set_view((), [*accepted, *late])
-                made = leading_summaries(accepted[len(pinned) :])
-                state.n_summary = len(pinned) + made if made else 0
-                if accepted != source:  # an unchanged view: nothing could be summarized
+                memory.install(state, pinned, accepted, late)
+                if accepted != body:  # an unchanged view: nothing could be summarized
                     self.summaries_made += 1
                     state.compactions = next(self._compaction_seq)
                 self._policy.settle(state)
             elif state.view is None and activation:
                 if self._policy.fallback:  # serve the raw window until a retry succeeds
+                    state.stored_head = ()
                     state.set_view((), [*source, *late])
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
@@ -997,15 +991,14 @@ class SummarizingChatStorage(
     async def _compact_memory(self, key: ChatKey, message: ChatMessage | None) -> list[ChatMessage]:
         state = self._states.create(key)
         async with state.lock:
-            source = list(state.view) if state.view is not None else await self.inner.fetch(key)
+            cached = state.view is not None
+            source = memory.source(state) if cached else await self.inner.fetch(key)
             if not source:
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
             if message is not None:
                 # The leading system/developer prompt stays first, ahead of the summary.
-                first = source[0]
-                keep = first.role in PINNED_ROLES and not first.is_summary
-                state.set_view((first, message) if keep else (message,), [])
+                memory.install(state, memory.pinned_of(source), [message])
                 state.hold = None
                 state.compactions = next(self._compaction_seq)
             else:
