@@ -88,6 +88,7 @@ from storage.layers.summarizing.projection import (
     mark_summary,
     serve,
     split_result,
+    start_right,
     summary_message,
 )
 from storage.layers.summarizing.state import KeyState, KeyStates
@@ -818,7 +819,7 @@ class SummarizingChatStorage(
                 else:
                     await self._resummarize_memory(state, key)
             return serve(state.view, limit, self._policy.window(state))
-        raw = await self.inner.fetch(key)
+        raw = start_right(await self.inner.fetch(key))
         if not self._over(raw):
             return serve(raw, limit, None)
         state = self._states.create(key)
@@ -834,7 +835,7 @@ class SummarizingChatStorage(
                 state.summarizing = True
                 state.pending = []
                 try:
-                    raw = await self.inner.fetch(key)
+                    raw = start_right(await self.inner.fetch(key))
                 except BaseException:
                     state.summarizing = False
                     self._drop_if_cold(key, state)
@@ -992,7 +993,7 @@ class SummarizingChatStorage(
         state = self._states.create(key)
         async with state.lock:
             cached = state.view is not None
-            source = memory.source(state) if cached else await self.inner.fetch(key)
+            source = memory.source(state) if cached else start_right(await self.inner.fetch(key))
             if not source:
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")

@@ -23,6 +23,7 @@ __all__ = [
     "leading_summaries",
     "mark_summary",
     "serve",
+    "damaged_start",
     "split_result",
     "start_right",
     "summary_message",
@@ -136,20 +137,29 @@ def serve(view: list[ChatMessage], limit: int | None, window: int | None) -> lis
     return start_right(view)
 
 
-def start_right(view: list[ChatMessage]) -> list[ChatMessage]:
-    """``view`` (a new list) without a damaged start: when the first message after the
-    leading system/developer message (and any summary after it) is a ``tool`` result, its
-    call is not in the record (a retention purge removed the oldest messages mid-turn), so the
-    view starts at the next user message (past the orphaned results when there is none). One
-    role check when the view starts right; a view starting with an assistant message (an
-    agent that began on its own, a greeting) is kept as it is."""
+def damaged_start(view: Sequence[ChatMessage]) -> tuple[int, int]:
+    """``(lead, start)``: ``view[lead:start]`` is a damaged start to leave out of the view
+    (empty when it starts right). When the first message after the leading system/developer
+    message (and any summary after it) is a ``tool`` result, its call is not in the record (a
+    retention purge removed the oldest messages mid-turn), so the view starts at the next user
+    message (past the orphaned results when there is none). A view starting with an assistant
+    message (an agent that began on its own, a greeting) starts right."""
     lead = 1 if view and view[0].role in INSTRUCTION_ROLES else 0
     if len(view) <= lead or view[lead].role != "tool":
-        return list(view)
+        return lead, lead
     for index in range(lead + 1, len(view)):
         if view[index].role == "user":
-            return [*view[:lead], *view[index:]]
+            return lead, index
     start = lead
     while start < len(view) and view[start].role == "tool":
         start += 1
+    return lead, start
+
+
+def start_right(view: list[ChatMessage]) -> list[ChatMessage]:
+    """``view`` (a new list) without its damaged start (:func:`damaged_start`); one role
+    check when the view starts right."""
+    lead, start = damaged_start(view)
+    if start == lead:
+        return list(view)
     return [*view[:lead], *view[start:]]
