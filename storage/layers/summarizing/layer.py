@@ -83,6 +83,7 @@ from storage.layers.summarizing.cutting import (
 )
 from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import with_hold, without_hold
+from storage.layers.summarizing.options import check_numbers, token_trigger
 from storage.layers.summarizing.policy import OnError, Policy
 from storage.layers.summarizing.projection import (
     mark_summary,
@@ -142,7 +143,10 @@ class SummarizingChatStorage(
             verbatim after a summary (whole turns, or whole tool-call groups inside a long
             turn; always at least the newest one). Default ``trigger_tokens // 4``.
         trigger_fraction: token budget as a fraction (0 < F <= 1) of ``model``'s context
-            window, from litellm's bundled model data (offline).
+            window: ``context_window`` when given, else litellm's bundled model data
+            (offline).
+        context_window: ``model``'s context window in tokens, for a model litellm does not
+            know (``hosted_vllm/…``, ``ollama/…``); only with ``trigger_fraction``.
         model: the model whose tokenizer counts tokens (default ``"gpt-4o"``).
         trim_tool_results: trim tool results longer than this many characters (>= 20) that
             are older than the last ``trim_keep_turns`` turns to head + tail + a marker, in
@@ -172,7 +176,14 @@ class SummarizingChatStorage(
         retry_backoff: ``on_error="fallback"``: seconds before the first retry of a failed
             summary, doubled after each failure in a row. Must be >= 0.
         retry_max: largest retry delay in seconds. Must be >= ``retry_backoff``.
-        summary_role: role of the message ``compact(key, summary="...")`` makes.
+        summary_role: role of the message ``compact(key, summary="...")`` makes (a
+            summarizer's own messages keep the role it gives them). ``"system"`` (default) or
+            ``"developer"``: merged into the view's one leading message after the pinned
+            prompt, accepted by every strict template. ``"user"``: a separate user message
+            after the prompt; Mistral templates refuse it before the next user message (two
+            user turns in a row) unless a ``strict::`` layer merges them. ``"assistant"``: a
+            separate assistant message; Mistral templates refuse a conversation opening with
+            an assistant turn.
         clock: monotonic seconds for the backoff (injected in tests); default
             ``time.monotonic``.
 
@@ -202,16 +213,17 @@ class SummarizingChatStorage(
     one with only its ``trimmed_chars`` marker); only the summary message ``is_summary``.
 
     Raises:
-        ValueError: on construction, for a bad ``trigger_at``, ``keep_last``,
-            ``max_buffers``, ``timeout``, ``lease_ttl``, retry delay or budget.
-        ConfigError: on construction, ``summaries="store"`` over a stack without the
+        ConfigError: on construction (a ``ValueError`` too), for a bad ``trigger_at``,
+            ``keep_last``, ``max_buffers``, ``timeout``, ``lease_ttl``, retry delay, budget
+            or trimming option, each named; ``summaries="store"`` over a stack without the
             ``CheckpointStorage`` ability, or an unknown ``summaries``/``coherence``/
             ``on_error`` value.
         SummarizerError: from the ``save`` or ``fetch`` that triggered a failing summarizer
             (``on_error="raise"``; in background mode the failure is logged and counted).
         ConfigError: on construction, conflicting budgets (``trigger_at`` with a token
             budget, ``trigger_tokens`` with ``trigger_fraction``, ``keep_tokens`` without a
-            token budget) or a model with no known context window; a ``save`` or ``fetch``
+            token budget) or ``trigger_fraction`` for a model with no known context window
+            and no ``context_window`` (the error names it); a ``save`` or ``fetch``
             of a ``background=True`` layer that was not entered (``async with layer:``),
             before anything is written.
     """
@@ -240,21 +252,18 @@ class SummarizingChatStorage(
         trim_tool_results: int | None = None,
         trim_keep_turns: int = 2,
         background: bool = False,
+        context_window: int | None = None,
     ) -> None:
         super().__init__(inner)
         if trigger_tokens is not None and trigger_fraction is not None:
             raise ConfigError("give trigger_tokens or trigger_fraction, not both")
         if trigger_fraction is not None:
-            if not 0 < trigger_fraction <= 1:
-                raise ValueError(f"trigger_fraction must be in (0, 1], got {trigger_fraction}")
-            from summarizers.tokens import context_window
-
-            trigger_tokens = max(1, int(trigger_fraction * context_window(model or "gpt-4o")))
+            trigger_tokens = token_trigger(trigger_fraction, model, context_window)
+        elif context_window is not None:
+            raise ConfigError("context_window is for trigger_fraction; give both or neither")
         if trigger_tokens is not None:
             if trigger_at is not None:
                 raise ConfigError("give trigger_at (pairs) or a token budget, not both")
-            if trigger_tokens < 1:
-                raise ValueError(f"trigger_tokens must be >= 1, got {trigger_tokens}")
         elif keep_tokens is not None:
             raise ConfigError(
                 "keep_tokens needs a token budget (trigger_tokens or trigger_fraction)"
@@ -262,25 +271,21 @@ class SummarizingChatStorage(
         if keep_tokens is not None and not (
             trigger_tokens is not None and 0 < keep_tokens < trigger_tokens
         ):
-            raise ValueError(f"keep_tokens must be in (0, trigger_tokens), got {keep_tokens}")
-        if trim_tool_results is not None and trim_tool_results < 20:
-            raise ValueError(f"trim_tool_results must be >= 20 characters, got {trim_tool_results}")
-        if trim_keep_turns < 0:
-            raise ValueError(f"trim_keep_turns must be >= 0, got {trim_keep_turns}")
+            raise ConfigError(f"keep_tokens must be in (0, trigger_tokens), got {keep_tokens}")
         if trigger_tokens is None and trigger_at is None:
             trigger_at = 20
-        if trigger_at is not None and trigger_at < 1:
-            raise ValueError(f"trigger_at must be >= 1, got {trigger_at}")
-        if keep_last < 0:
-            raise ValueError(f"keep_last must be >= 0, got {keep_last}")
-        if max_buffers < 1:
-            raise ValueError(f"max_buffers must be >= 1, got {max_buffers}")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be > 0 or None, got {timeout}")
-        if lease_ttl is not None and lease_ttl <= 0:
-            raise ValueError(f"lease_ttl must be > 0, got {lease_ttl}")
+        check_numbers(
+            trigger_at=trigger_at,
+            trigger_tokens=trigger_tokens,
+            keep_last=keep_last,
+            trim_tool_results=trim_tool_results,
+            trim_keep_turns=trim_keep_turns,
+            max_buffers=max_buffers,
+            timeout=timeout,
+            lease_ttl=lease_ttl,
+        )
         if retry_backoff < 0 or retry_max < retry_backoff:
-            raise ValueError(
+            raise ConfigError(
                 f"need 0 <= retry_backoff <= retry_max, got {retry_backoff} and {retry_max}"
             )
         for name, value, allowed in (

@@ -418,8 +418,9 @@ class Reference:
                 return turn_window(self.raw, limit)
             self.buffer = self.summarize(self.raw)
         view = list(self.buffer)
-        if view and view[0].is_summary:
-            view[:1] = header_messages(None, view[:1])
+        made = next((n for n, m in enumerate(view) if not m.is_summary), len(view))
+        if made:  # every leading summary in the one leading message
+            view[:made] = header_messages(None, view[:made])
         return turn_window(view, limit)
 
 
