@@ -203,10 +203,12 @@ class SummarizingChatStorage(
     arrived or a new turn starts (:mod:`.policy`; the hold is stored in the checkpoint, so
     every instance and a restarted worker decide alike), so a history of ``n`` messages (or
     tokens) costs at most about ``n / (trigger - keep - s)`` calls plus one per turn that
-    starts while the view is held, ``s`` the size of the summary and pinned messages (the
-    600-pair agent turn with ``trigger_at=5``, 1,202 messages with its system prompt: at
-    most ``1202 // (10 - 2 - 3) + 1 = 241`` calls, measured 199, and a view of at most 10
-    messages after every save). No call (and no lease) is made while no cut is possible.
+    starts while the view is held, ``s`` the messages a compaction keeps besides the newest
+    material (with a pair budget only a long turn's opening user message: the leading message
+    is not counted; with tokens, the leading message too). The 600-pair agent turn with
+    ``trigger_at=5``, 1,202 messages: at most ``1202 // (10 - 2 - 1) + 1 = 172`` calls, and a
+    view of at most 10 messages after its leading one after every save. No call (and no
+    lease) is made while no cut is possible.
 
     The view shows verbatim copies (the pinned system/developer prompt, a long turn's
     opening user message, trimmed tool results) exactly as the raw messages were (a trimmed
