@@ -36,6 +36,7 @@ __all__ = [
     "last_turns_start",
     "safe_window",
     "split_turns",
+    "turn_window",
     "validate_history",
     "validate_message",
 ]
@@ -330,6 +331,53 @@ def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
         start += 1
     window = messages[start:]
     return window if type(window) is list else list(window)  # a list slice is a new list
+
+
+def turn_window(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
+    """The newest messages of a model view that still start right: the view window of a
+    summarizing stack (``fetch(limit=N)``, and the raw window a fallback serves).
+
+    The window is the leading system/developer message when the view has one (not counted
+    in ``limit``: it is the prompt, with the summary merged in), then the newest messages
+    from a turn boundary that fit in ``limit``: the newest whole turns that fit; when not
+    even the newest turn fits, its opening user message and the newest tool-call groups
+    (an assistant message and its results) that fit after it; with no user message, the
+    newest groups that fit. A window never starts with a ``tool`` result, never splits a
+    call from its results, and after the leading message starts with a user message
+    whenever the view has one. Base stores keep :func:`safe_window`.
+
+    Args:
+        messages: the view, oldest first.
+        limit: at most this many messages after the leading one (``None``: all; 0: none).
+
+    Raises:
+        ValueError: ``limit`` is negative.
+    """
+    if limit is None:
+        return list(messages)
+    if limit <= 0:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        return []
+    lead = 1 if messages and messages[0].role in INSTRUCTION_ROLES else 0
+    end = len(messages)
+    if end - lead <= limit:
+        return list(messages)
+    head = list(messages[:lead])
+    earliest = end - limit
+    opener = -1
+    for index in range(lead, end):
+        if messages[index].role == "user":
+            if index >= earliest:
+                return [*head, *messages[index:]]
+            opener = index
+    if opener >= 0:  # the newest turn alone is longer than limit
+        head.append(messages[opener])
+        earliest += 1
+    for index in range(max(earliest, opener + 1, lead), end):
+        if messages[index].role == "assistant":
+            return [*head, *messages[index:]]
+    return head
 
 
 def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:

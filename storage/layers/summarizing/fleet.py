@@ -26,6 +26,7 @@ import anyio
 from storage.abilities import CheckpointStorage, SummaryCheckpoint, Tail
 from storage.layers.summarizing.cutting import view_form
 from storage.layers.summarizing.hold import read_hold
+from storage.layers.summarizing.projection import damaged_start
 from storage.layers.summarizing.state import KeyState
 from storage.message import ChatKey, ChatMessage
 
@@ -59,7 +60,11 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
         head = tail.head
     state.checkpoint = checkpoint
     stored = checkpoint.messages if checkpoint else ()
-    state.set_view(view_form(stored), tail.messages, tail.seqs)
+    messages, seqs = list(tail.messages), list(tail.seqs)
+    if checkpoint is None:  # a record a purge cut mid-turn: its orphaned start left out
+        lead, start = damaged_start(messages)
+        del messages[lead:start], seqs[lead:start]
+    state.set_view(view_form(stored), messages, seqs)
     state.hold = read_hold(stored, state.unit)
     # The head's version (not the one read) is what later heads are compared with, so a
     # store reporting a version it does not serve cannot make every fetch rebuild.

@@ -31,6 +31,9 @@ class KeyState:
             ``None`` for a message saved through this instance and not read back yet (always
             at the end).
         checkpoint: store mode: the checkpoint the view starts with (``None``: none).
+        stored_head: memory mode: what a checkpoint would hold for the view's summary part
+            (the pinned prompt marked verbatim, the summary messages); the view shows it
+            through :func:`~storage.layers.summarizing.cutting.view_form`.
         cp_version: version of that checkpoint as the store's head reports it (0: none).
         head: store mode: the key's head when the view was last read back.
         synced_seq: store mode: every raw message with ``seq <= synced_seq`` is in the view or
@@ -73,6 +76,7 @@ class KeyState:
         "retry_at",
         "scheduled",
         "seqs",
+        "stored_head",
         "summarizing",
         "sync_lock",
         "synced_seq",
@@ -85,6 +89,7 @@ class KeyState:
         self.n_summary = 0
         self.seqs: list[int | None] = []
         self.checkpoint: SummaryCheckpoint | None = None
+        self.stored_head: tuple[ChatMessage, ...] = ()
         self.cp_version = 0
         self.head: Head | None = None
         self.synced_seq = 0
