@@ -64,6 +64,9 @@ __all__ = [
 A = TypeVar("A")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+# The times a cursor may name: datetime's whole range, in µs since the Unix epoch.
+_MIN_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+_MAX_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
 
 
 def _message_tuple(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
@@ -145,7 +148,10 @@ class SessionInfo:
         agents: agent ids holding messages in it, sorted.
         message_count: raw messages in it, all agents together.
         first_at: ``created_at`` of its oldest message (UTC).
-        last_at: ``created_at`` of its newest message (UTC): the sort key, newest first.
+        last_at: the session's last activity, the sort key (newest first): the newest
+            ``created_at`` saved to it while it held messages (UTC). Deleting some of its
+            messages (a conversation of it, a purge) does not lower it, so a listing paged by
+            cursor never meets a session twice; it is forgotten when the session holds none.
     """
 
     session_id: str
@@ -322,8 +328,14 @@ class SessionListing(Protocol):
     ) -> SessionPage:
         """The user's sessions, newest activity first (``last_at`` desc, then ``session_id``).
 
+        Cursors are keysets: a page holds the sessions after the cursor's ``(last_at,
+        session_id)``. Sessions untouched while paging come exactly once; one that gained
+        messages meanwhile may move before the cursor (not listed again), and one that lost
+        messages keeps its place (``SessionInfo.last_at``).
+
         Raises:
-            InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.
+            InvalidArgumentError: ``limit`` < 1 or a cursor this store did not make (forged,
+                truncated, out of range).
         """
         ...
 
@@ -367,7 +379,12 @@ class RetentionStorage(Protocol):
     async def purge(self, *, now: datetime | None = None) -> int:
         """Delete messages older than ``now - retention`` (default ``now``: the store's
         clock), with the checkpoints of the keys they belonged to; return how many messages
-        were deleted (0 when the store has no retention)."""
+        were deleted (0 when the store has no retention).
+
+        Tool groups go whole (:func:`storage.history.whole_tool_groups`): when any message
+        of an assistant's tool calls and their results is older than the cut-off, the whole
+        group goes, so the record never holds a result without its call or a call without
+        its results."""
         ...
 
 
@@ -531,14 +548,25 @@ def encode_session_cursor(last_at: datetime, session_id: str) -> str:
 def decode_session_cursor(cursor: str) -> tuple[int, str]:
     """``(last_at in µs since the epoch, session_id)`` of a cursor.
 
+    Only what :func:`encode_session_cursor` can make is accepted: a time within
+    ``datetime``'s range and a session id that is a valid key part (non-empty, no NUL, no
+    lone surrogate), so a forged cursor can never reach a store's query as an out-of-range
+    integer or an unencodable string.
+
     Raises:
         InvalidArgumentError: the cursor was not made by :func:`encode_session_cursor`.
     """
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        us, session_id = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-        if not isinstance(us, int) or not isinstance(session_id, str) or not session_id:
-            raise ValueError("bad fields")
-    except (ValueError, TypeError, UnicodeError) as exc:
+        fields = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        if type(fields) is not list or len(fields) != 2:
+            raise ValueError("not a pair")
+        us, session_id = fields
+        if type(us) is not int or not _MIN_US <= us <= _MAX_US:
+            raise ValueError("time out of range")
+        if type(session_id) is not str or not session_id or "\x00" in session_id:
+            raise ValueError("bad session id")
+        session_id.encode("utf-8")  # a lone surrogate cannot reach a store
+    except (ValueError, TypeError, UnicodeError, RecursionError) as exc:
         raise InvalidArgumentError(f"malformed session cursor {cursor!r}") from exc
     return us, session_id

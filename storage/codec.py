@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import (
     _EMPTY,
     _NAMED_FIELDS,
@@ -31,7 +31,7 @@ from storage.message import (
     thaw,
 )
 
-__all__ = ["FORMAT_VERSION", "DecodeCache", "decode", "encode"]
+__all__ = ["FORMAT_VERSION", "DecodeCache", "check_format_version", "decode", "encode"]
 
 FORMAT_VERSION: Final = 1
 
@@ -94,9 +94,14 @@ def decode(text: str | bytes) -> ChatMessage:
     Raises:
         CorruptRecordError: the record is not valid JSON, lacks a required field, or nests
             too deeply to decode.
+        SchemaVersionError: the record was written in a newer format version (by a newer
+            chatlayers): never misread as this version.
     """
     try:
         record = _loads(text)
+        v = record.get("v")
+        if v != FORMAT_VERSION:
+            check_format_version(v, "a stored record")
         m = record["m"]
         p = record.get("p")
         present = None
@@ -134,6 +139,19 @@ def decode(text: str | bytes) -> ChatMessage:
         # something else); everything chatlayers writes decodes within MAX_DEPTH levels.
         snippet = text[:80] if isinstance(text, str) else text[:80].decode("utf-8", "replace")
         raise CorruptRecordError(f"cannot decode stored record {snippet!r}: {exc!r}") from exc
+
+
+def check_format_version(version: object, what: str) -> None:
+    """Refuse what a newer chatlayers wrote: ``version`` is the format version found.
+
+    Raises:
+        SchemaVersionError: ``version`` is an int above :data:`FORMAT_VERSION`.
+    """
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise SchemaVersionError(
+            f"{what} has format version {version}, newer than version {FORMAT_VERSION}, the "
+            "newest this chatlayers knows: upgrade chatlayers to read it (nothing was written)"
+        )
 
 
 def _tool_call(data: dict[str, Any]) -> ToolCall:

@@ -29,11 +29,14 @@ from storage.message import (
 __all__ = [
     "SystemPolicy",
     "check_tool_pairs",
+    "ends_tool_group",
     "prepare_batch",
     "drop_orphaned_results",
+    "whole_tool_groups",
     "last_turns_start",
     "safe_window",
     "split_turns",
+    "turn_window",
     "validate_history",
     "validate_message",
 ]
@@ -330,6 +333,53 @@ def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     return window if type(window) is list else list(window)  # a list slice is a new list
 
 
+def turn_window(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
+    """The newest messages of a model view that still start right: the view window of a
+    summarizing stack (``fetch(limit=N)``, and the raw window a fallback serves).
+
+    The window is the leading system/developer message when the view has one (not counted
+    in ``limit``: it is the prompt, with the summary merged in), then the newest messages
+    from a turn boundary that fit in ``limit``: the newest whole turns that fit; when not
+    even the newest turn fits, its opening user message and the newest tool-call groups
+    (an assistant message and its results) that fit after it; with no user message, the
+    newest groups that fit. A window never starts with a ``tool`` result, never splits a
+    call from its results, and after the leading message starts with a user message
+    whenever the view has one. Base stores keep :func:`safe_window`.
+
+    Args:
+        messages: the view, oldest first.
+        limit: at most this many messages after the leading one (``None``: all; 0: none).
+
+    Raises:
+        ValueError: ``limit`` is negative.
+    """
+    if limit is None:
+        return list(messages)
+    if limit <= 0:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        return []
+    lead = 1 if messages and messages[0].role in INSTRUCTION_ROLES else 0
+    end = len(messages)
+    if end - lead <= limit:
+        return list(messages)
+    head = list(messages[:lead])
+    earliest = end - limit
+    opener = -1
+    for index in range(lead, end):
+        if messages[index].role == "user":
+            if index >= earliest:
+                return [*head, *messages[index:]]
+            opener = index
+    if opener >= 0:  # the newest turn alone is longer than limit
+        head.append(messages[opener])
+        earliest += 1
+    for index in range(max(earliest, opener + 1, lead), end):
+        if messages[index].role == "assistant":
+            return [*head, *messages[index:]]
+    return head
+
+
 def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:
     """``window`` (the newest messages a store read, oldest first) without its leading ``tool``
     results, whose calls lie outside it: the rule of :func:`safe_window` for stores that read
@@ -339,6 +389,44 @@ def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:
     while start < end and window[start].role == "tool":
         start += 1
     return window[start:] if start else window
+
+
+def whole_tool_groups(
+    messages: Sequence[ChatMessage], drop: Sequence[bool]
+) -> tuple[list[bool], bool]:
+    """``drop`` (which of ``messages`` a retention purge deletes) widened to whole tool groups.
+
+    A tool group is an assistant message with tool calls and the ``tool`` results after it up
+    to the next assistant message with tool calls (the pairing rule of
+    :func:`check_tool_pairs`). A group goes whole when any of its messages goes, so a purge
+    never leaves a result without its call nor a call without its results: the cut-off
+    moves forward to the group's end, never back (nothing older than the retention period
+    stays).
+
+    Returns:
+        The widened mask, and whether the last group of ``messages`` goes: its results stored
+        after ``messages`` (a store that read only a prefix) must go too, up to the next
+        assistant message with tool calls (:func:`ends_tool_group`).
+    """
+    groups: list[int] = []  # per message: index of its group's call, or -1
+    current = -1
+    for index, message in enumerate(messages):
+        if message.role == "assistant" and message.tool_calls:
+            current = index
+            groups.append(index)
+        elif message.role == "tool":
+            groups.append(current)
+        else:
+            groups.append(-1)
+    doomed = {group for group, gone in zip(groups, drop, strict=True) if gone and group >= 0}
+    widened = [gone or group in doomed for group, gone in zip(groups, drop, strict=True)]
+    return widened, current >= 0 and current in doomed
+
+
+def ends_tool_group(message: ChatMessage) -> bool:
+    """Whether ``message`` starts a new tool group (an assistant message with tool calls), so
+    the results of the group before it end there (:func:`whole_tool_groups`)."""
+    return message.role == "assistant" and bool(message.tool_calls)
 
 
 def split_turns(

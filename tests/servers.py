@@ -91,8 +91,11 @@ def _wait(check: object, what: str, log: Path | None = None) -> None:
 class RedisServer:
     """One ``redis-server`` on 127.0.0.1 with its data in ``workdir``.
 
-    AOF is on with ``appendfsync everysec``: Redis writes the AOF before it replies, so a
-    ``kill -9`` of the server loses no acknowledged write (the fault tests rely on it).
+    AOF is on. ``appendfsync="always"`` (the default) fsyncs before each reply, so a
+    ``kill -9`` of the server loses no acknowledged write (the fault tests rely on it). With
+    ``"everysec"`` Redis may postpone the AOF write while a background fsync is slow and reply
+    meanwhile, so a kill under disk load can lose the last second of acknowledged writes;
+    the shared session server uses it (nothing kills it, and it is faster).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class RedisServer:
         port: int | None = None,
         password: str | None = None,
         cluster: bool = False,
+        appendfsync: str = "always",
     ) -> None:
         binary = _which("redis-server", ("/usr/bin",))
         cli = _which("redis-cli", ("/usr/bin",))
@@ -111,6 +115,7 @@ class RedisServer:
         self.cli = str(cli)
         self.workdir = workdir
         self.cluster = cluster
+        self.appendfsync = appendfsync
         self.port = port if port is not None else free_port(bus_offset=10000 if cluster else None)
         self.password = password
         self.process: subprocess.Popen[bytes] | None = None
@@ -143,7 +148,7 @@ class RedisServer:
             "--daemonize", "no",
             "--save", "",
             "--appendonly", "yes",
-            "--appendfsync", "everysec",
+            "--appendfsync", self.appendfsync,
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
@@ -187,8 +192,11 @@ class RedisServer:
 class RedisCluster:
     """A 3-primary Redis Cluster on loopback (no replicas), slots spread by ``redis-cli``."""
 
-    def __init__(self, workdir: Path, nodes: int = 3) -> None:
-        self.nodes = [RedisServer(workdir / f"node{n}", cluster=True) for n in range(nodes)]
+    def __init__(self, workdir: Path, nodes: int = 3, *, appendfsync: str = "always") -> None:
+        self.nodes = [
+            RedisServer(workdir / f"node{n}", cluster=True, appendfsync=appendfsync)
+            for n in range(nodes)
+        ]
 
     @property
     def url(self) -> str:
@@ -362,7 +370,7 @@ class PostgresServer:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One ``redis-server`` for the whole run (stores isolate themselves by key prefix)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendfsync="everysec")
     server.start()
     try:
         yield server
@@ -378,7 +386,7 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """A 3-node Redis Cluster for the whole run."""
-    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"), appendfsync="everysec")
     try:
         cluster.start()
         yield cluster

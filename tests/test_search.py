@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storage.errors import InvalidArgumentError
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.search import make_snippet, message_search_text, scan_search, tokenize
+from storage.stores.postgres.text import search_term
 
 KEY = ChatKey("u", "s", "a")
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -84,3 +88,35 @@ def test_snippet_around_the_first_match() -> None:
     assert len(snippet) <= 162
     assert make_snippet("short text", {"x"}) == "short text"
     assert make_snippet("a " * 200, {"zzz"}).endswith("…")
+
+
+# --- the same words on every store -------------------------------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_postgres_terms_are_plain_and_injective(a: str, b: str) -> None:
+    """PostgreSQL's words (``search_term``) are runs its parser keeps whole, and two words
+    get the same term only when they are the same word."""
+    for x in tokenize(a) + tokenize(b):
+        assert re.fullmatch(r"[a-z0-9]+", search_term(x)), x
+        assert len(search_term(x)) < 1000
+    for x in tokenize(a):
+        for y in tokenize(b):
+            assert (search_term(x) == search_term(y)) == (x == y), (x, y)
+
+
+def test_postgres_terms_keep_plain_words_and_encode_the_rest() -> None:
+    assert search_term("refund") == "refund"
+    assert search_term("x86") == "x86"
+    assert search_term("my_api_key") == "qz" + b"my_api_key".hex()
+    assert search_term("qz616263") != "qz616263"  # looks like an encoding: encoded too
+    assert search_term("日本語").startswith("qz")
+    assert search_term("z" * 1000).startswith("qzh")
+
+
+def test_underscores_and_unicode_are_part_of_words() -> None:
+    # The rule every store follows (README: "matching is the same on every store").
+    assert tokenize("my_api_key, x86_64 & 日本語!") == ["my_api_key", "x86_64", "日本語"]
+    items = [(KEY, at("rotate my_api_key", 0)), (KEY, at("the api key", 1))]
+    assert [h.message.text for h in scan_search("api", items, limit=5)] == ["the api key"]

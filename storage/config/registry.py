@@ -95,6 +95,7 @@ BUILTINS: Final[dict[Kind, tuple[Entry, ...]]] = {
             "encrypt", "storage.layers.encrypting:EncryptingChatStorage", "encrypt", "cryptography"
         ),
         _builtin("scrub", "storage.layers.scrubbing:scrub_layer"),
+        _builtin("strict", "storage.layers.strict:StrictViewChatStorage"),
         _builtin("summarize", "storage.layers.summarizing:SummarizingChatStorage"),
         _builtin("transform", "storage.layers.transforming:TransformingChatStorage"),
     ),

@@ -7,6 +7,9 @@
   ``PIIScrubber``;
 - :mod:`storage.layers.summarizing`: ``SummarizingChatStorage``, summarized views of long
   histories over an untouched raw record;
+- :mod:`storage.layers.strict`: ``StrictViewChatStorage`` (``strict::``), views in the shape
+  strict chat templates accept (one leading system message, alternating roles, every tool
+  call answered), the raw record untouched;
 - :mod:`storage.layers.encrypting`: ``EncryptingChatStorage``, AES-256-GCM with a data key per
   user kept in a separate keyring (crypto-shredding on ``delete_user``).
 

@@ -11,6 +11,9 @@ What it gives a store (so the five stores cannot drift apart):
   ``__init_subclass__``), turns those into ``StorageUnavailableError`` (``raise ... from exc``);
 - the sorted ``list_keys``, the ``fetch_all_chats`` merge (``created_at``, then the store's
   sequence), ``describe()`` and the async context manager;
+- ``corrupt_derived``: how many times the store met a derived record (a summary checkpoint, a
+  head or tally, a search index) it could not use and ignored or rebuilt from the raw record
+  instead (:mod:`storage.stores.derived`; each one is logged once);
 - ``from_url(url, **options)``: each store builds itself from its own URL. ``url`` is the
   store segment as the user typed it (query included); ``options`` are constructor keyword
   options already converted by their declared types (``storage.config`` converts query and
@@ -56,6 +59,7 @@ from storage.errors import (
 from storage.history import prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
+from storage.stores.derived import DerivedLog
 
 __all__ = ["BaseStore", "SessionRow", "check_key", "check_limit", "require_asyncio"]
 
@@ -282,6 +286,31 @@ class BaseStore(AsyncContextMixin):
         except self.driver_errors as exc:
             raise self._unavailable(exc) from exc
         return sorted(keys, key=lambda k: (k.user_id, k.session_id, k.agent_id))
+
+    # --- derived records -----------------------------------------------------------------
+
+    _derived: DerivedLog | None = None
+
+    @property
+    def derived_log(self) -> DerivedLog:
+        """The store's count of unusable derived records, by kind (created on first use)."""
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = DerivedLog()
+        return derived
+
+    @property
+    def corrupt_derived(self) -> int:
+        """How many times this instance met a derived record (summary checkpoint, head or
+        tally, search index) it could not use, and ignored or rebuilt it from the raw record
+        (each one is logged once, logger ``storage.stores.derived``)."""
+        derived = self._derived
+        return derived.count if derived is not None else 0
+
+    def _derived_unusable(self, what: str, where: object, detail: object) -> None:
+        """Count and (once per record) log an unusable derived record; the caller ignores or
+        rebuilds it."""
+        self.derived_log.unreadable(self.describe(), what, str(where), detail)
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from storage.abilities import (
 )
 from storage.durations import Duration, parse_duration
 from storage.errors import ConfigError, ConflictError, StorageUnavailableError
-from storage.history import prepare_batch, safe_window, validate_history
+from storage.history import prepare_batch, safe_window, validate_history, whole_tool_groups
 from storage.message import ChatKey, ChatMessage, check_key_part
 from storage.search import scan_search
 from storage.stores.base import BaseStore, SessionRow, check_key
@@ -123,6 +123,9 @@ class InMemoryChatStorage(BaseStore):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._users: dict[str, dict[str, dict[str, _Conversation]]] = {}
+        # A session's last activity (its listing order): the newest ``created_at`` saved to
+        # it while it held messages; deleting some of them does not lower it.
+        self._activity: dict[tuple[str, str], datetime] = {}
         self._leases: dict[ChatKey, tuple[str, float]] = {}
         self._seq = count(1)
         self.retention = parse_duration(retention) if retention is not None else None
@@ -184,7 +187,24 @@ class InMemoryChatStorage(BaseStore):
             conversation.messages.append(message)
             conversation.seqs.append(next(self._seq))
             conversation.ids.add(message.id)
+        self._touch(key, stored)
         return stored
+
+    def _touch(self, key: ChatKey, stored: list[ChatMessage]) -> None:
+        """Raise the session's last activity to the newest of ``stored``."""
+        if not stored:
+            return
+        newest = max(m.created_at for m in stored if m.created_at is not None)
+        session = (key.user_id, key.session_id)
+        known = self._activity.get(session)
+        if known is None or newest > known:
+            self._activity[session] = newest
+
+    def _forget_idle(self, user_id: str, session_id: str) -> None:
+        """Forget the last activity of a session that holds no message any more."""
+        agents = self._users.get(user_id, {}).get(session_id, {})
+        if not any(c.messages for c in agents.values()):
+            self._activity.pop((user_id, session_id), None)
 
     def _maybe_purge(self) -> None:
         """Purge at most once per ``purge_interval`` (called on writes)."""
@@ -200,21 +220,23 @@ class InMemoryChatStorage(BaseStore):
         self._last_purge = now.timestamp()
         cutoff = now - timedelta(seconds=self.retention)
         removed = 0
-        for sessions in self._users.values():
-            for agents in sessions.values():
+        for user_id, sessions in self._users.items():
+            for session_id, agents in sessions.items():
                 for conversation in agents.values():
-                    keep = [
-                        i
-                        for i, m in enumerate(conversation.messages)
-                        if m.created_at is not None and m.created_at >= cutoff
+                    old = [
+                        m.created_at is None or m.created_at < cutoff for m in conversation.messages
                     ]
-                    if len(keep) == len(conversation.messages):
+                    if not any(old):
                         continue
+                    # Tool groups go whole: never a result without its call (or the reverse).
+                    drop, _ = whole_tool_groups(conversation.messages, old)
+                    keep = [i for i, gone in enumerate(drop) if not gone]
                     removed += len(conversation.messages) - len(keep)
                     conversation.reset(
                         [conversation.messages[i] for i in keep],
                         [conversation.seqs[i] for i in keep],
                     )
+                self._forget_idle(user_id, session_id)
         if removed:
             self._drop_all_empty()
         return removed
@@ -274,10 +296,13 @@ class InMemoryChatStorage(BaseStore):
             return
         agents.pop(key.agent_id, None)
         self._drop_empty(key)
+        self._forget_idle(key.user_id, key.session_id)
 
     async def _delete_user(self, user_id: str) -> None:
         self._check_open()
         self._users.pop(user_id, None)
+        for session in [s for s in self._activity if s[0] == user_id]:
+            del self._activity[session]
         for key in [k for k in self._leases if k.user_id == user_id]:
             del self._leases[key]
 
@@ -432,6 +457,8 @@ class InMemoryChatStorage(BaseStore):
         conversation = self._conversation_for_write(key)
         conversation.reset(batch, [next(self._seq) for _ in batch])
         self._drop_empty(key)
+        self._forget_idle(key.user_id, key.session_id)
+        self._touch(key, batch)
         return list(batch)
 
     async def save_messages_if(
@@ -467,6 +494,10 @@ class InMemoryChatStorage(BaseStore):
     ) -> SessionPage:
         """The user's sessions, newest ``last_at`` first, ties by ``session_id`` ascending.
 
+        ``last_at`` is the session's last activity: the newest ``created_at`` saved to it
+        while it held messages. Deleting some of them (an agent's conversation, a purge) does
+        not lower it, so a session never moves behind a cursor that already passed it.
+
         Raises:
             InvalidKeyError: ``user_id`` is not a valid key part.
             InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.
@@ -486,12 +517,14 @@ class InMemoryChatStorage(BaseStore):
             ]
             if not times:
                 continue
+            newest = max(times)
+            active = self._activity.get((user_id, session_id))
             info = SessionInfo(
                 session_id,
                 tuple(sorted(a for a, c in agents.items() if c.messages)),
                 len(times),
                 min(times),
-                max(times),
+                active if active is not None and active > newest else newest,
             )
             rows.append((_us(info.last_at), info))
         rows.sort(key=lambda row: (-row[0], row[1].session_id))

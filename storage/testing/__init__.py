@@ -42,7 +42,17 @@ Run it with ``pytest``: the class expands to one test per rule, layering
 - reliability (when ``url`` is given and the store persists): a writer process killed with
   SIGKILL mid-write loses nothing it acknowledged and leaves no partial batch; two writer
   processes on one key keep every message, in each writer's order, batches contiguous; with a
-  ``server`` fixture (:class:`ServerControl`), a server killed and restarted mid-run.
+  ``server`` fixture (:class:`ServerControl`), a server killed and restarted mid-run;
+- faults (:mod:`storage.testing.fault_tests`): a retention purge with a tool call and its
+  results straddling the cut-off keeps tool groups whole; forged ``list_sessions`` cursors are
+  ``InvalidArgumentError`` (fuzzed with hypothesis when installed); paging while sessions lose
+  conversations lists each session once, at its last activity; ``search`` matches what the
+  reference store matches over texts with punctuation, underscores, unicode and digits. With
+  the harness's ``damage`` hook (:data:`CHECKPOINT_DAMAGE`, :data:`TALLY_DAMAGE`,
+  :data:`INDEX_DAMAGE`, :data:`NEWER_FORMAT`): a broken summary checkpoint, head, session
+  tally or search index never hides the raw record nor raises, through ``summarize::`` and a
+  second instance (and is counted in ``corrupt_derived`` when the store has it); data of a
+  newer format is ``SchemaVersionError`` and, with ``snapshot``, left byte for byte untouched.
 
 The ``url`` is opened in the child process with ``storage.open_storage``, so a store that
 registers its scheme through the ``chatlayers.stores`` entry point works unchanged there.
@@ -54,7 +64,11 @@ cut-off and the purge interval; set ``clock_option=None`` in the harness if ther
 from __future__ import annotations
 
 from storage.testing.harness import (
+    CHECKPOINT_DAMAGE,
+    INDEX_DAMAGE,
     LAYERINGS,
+    NEWER_FORMAT,
+    TALLY_DAMAGE,
     FakeClock,
     ServerControl,
     StoreHarness,
@@ -63,7 +77,11 @@ from storage.testing.harness import (
 from storage.testing.suite import ConformanceSuite
 
 __all__ = [
+    "CHECKPOINT_DAMAGE",
+    "INDEX_DAMAGE",
     "LAYERINGS",
+    "NEWER_FORMAT",
+    "TALLY_DAMAGE",
     "ConformanceSuite",
     "FakeClock",
     "ServerControl",

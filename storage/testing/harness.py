@@ -9,10 +9,16 @@ from typing import Any
 
 import attrs
 
+from storage.message import ChatKey
 from storage.protocol import ChatStorage
 
 __all__ = [
+    "CHECKPOINT_DAMAGE",
+    "INDEX_DAMAGE",
     "LAYERINGS",
+    "NEWER_FORMAT",
+    "TALLY_DAMAGE",
+    "Damage",
     "FakeClock",
     "Layering",
     "ServerControl",
@@ -24,6 +30,23 @@ __all__ = [
 
 StoreOpener = Callable[..., "ChatStorage | Awaitable[ChatStorage]"]
 Layering = Callable[[ChatStorage], ChatStorage]
+Damage = Callable[[str, ChatKey], "bool | Awaitable[bool]"]
+Snapshot = Callable[[], "object | Awaitable[object]"]
+
+CHECKPOINT_DAMAGE: tuple[str, ...] = (
+    "checkpoint-json",  # the key's stored checkpoint is not valid JSON (or the store's format)
+    "checkpoint-shape",  # valid JSON, the wrong shape or field types
+    "checkpoint-message",  # a summary message in it does not decode
+    "checkpoint-version",  # it says another format version
+)
+TALLY_DAMAGE: tuple[str, ...] = (
+    "head-missing",  # the key's head / per-key tally is gone (its messages stay)
+    "head-garbled",  # it holds values the store never writes (or numbers that lie)
+    "session-missing",  # the key's session's listing tally is gone
+    "session-garbled",  # it holds values the store never writes (or numbers that lie)
+)
+INDEX_DAMAGE: tuple[str, ...] = ("search-index",)  # the search index is damaged
+NEWER_FORMAT = "newer-format"  # the stored data says a newer format or schema version
 
 
 class FakeClock:
@@ -82,12 +105,23 @@ class StoreHarness:
         clock_option: the constructor option taking a clock (:class:`FakeClock`), or
             ``None`` when the store has none (lease-expiry and automatic-purge tests are
             skipped).
+        damage: ``damage(what, key)`` breaks a derived record of ``key`` behind the store's
+            back (sync or async; the data is the test's own), the way an operator, a crash
+            or a bug would: ``what`` is one of :data:`CHECKPOINT_DAMAGE`,
+            :data:`TALLY_DAMAGE`, :data:`INDEX_DAMAGE` or :data:`NEWER_FORMAT`. Return
+            ``False`` when the store keeps no such record (the kit skips that scenario);
+            ``None`` (default): every fault scenario is skipped.
+        snapshot: every byte the store holds for the test (sync or async; any comparable
+            value): compared before and after a store refused data of a newer format, which
+            must stay untouched. ``None``: that comparison is skipped.
     """
 
     open: StoreOpener
     url: str | None = None
     persistent: bool = True
     clock_option: str | None = "clock"
+    damage: Damage | None = None
+    snapshot: Snapshot | None = None
 
 
 async def open_store(opener: StoreOpener, **options: Any) -> ChatStorage:
@@ -96,6 +130,14 @@ async def open_store(opener: StoreOpener, **options: Any) -> ChatStorage:
     if inspect.isawaitable(made):
         made = await made
     return made
+
+
+async def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
+    """Call a harness hook, awaiting its result when it is awaitable."""
+    result = hook(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 def scrubbed(inner: ChatStorage) -> ChatStorage:

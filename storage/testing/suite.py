@@ -11,6 +11,7 @@ from storage.protocol import ChatStorage
 from storage.testing.ability_tests import AbilityTests
 from storage.testing.differential_tests import DifferentialTests
 from storage.testing.encryption_tests import EncryptionFaultTests
+from storage.testing.fault_tests import FaultTests
 from storage.testing.harness import LAYERINGS, ServerControl, StoreHarness, open_store
 from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
@@ -23,6 +24,7 @@ class ConformanceSuite(
     ProtocolTests,
     AbilityTests,
     DifferentialTests,
+    FaultTests,
     LayerPathTests,
     ReliabilityTests,
     EncryptionFaultTests,

@@ -224,8 +224,11 @@ def test_show_model_view_and_raw(tau_db: Path, capsys: pytest.CaptureFixture[str
     assert view["view"] == "model"
     assert len(view["messages"]) < length
     metadata = view["chatlayers"]["metadata"]
-    assert not (metadata[0] or {}).get("chatlayers")  # the pinned policy, as stored
-    assert metadata[1]["chatlayers"]["summary"] is True  # then the summary
+    # One leading message: the pinned policy as stored, then the summary merged after it.
+    assert metadata[0]["chatlayers"]["summary"] is True
+    assert view["messages"][0]["role"] == "system"
+    assert view["messages"][0]["content"].startswith("# Airline Agent Policy")
+    assert [m["role"] for m in view["messages"][1:]].count("system") == 0
     raw = run_json(capsys, "show", "--url", url, "--user", user, "--session", session, "--raw")
     assert raw["view"] == "raw"
     assert len(raw["messages"]) == length
@@ -237,8 +240,8 @@ def test_show_model_view_and_raw(tau_db: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = run(capsys, "show", "--url", url, "--user", user, "--session", session)
     assert code == 0
     assert out.splitlines()[0].startswith("model view of ")
-    assert "[0] system (summary)" not in out
-    assert "[1] system (summary)" in out
+    assert "[0] system (summary)" in out  # the policy with the summary: one message
+    assert "[1] system" not in out
 
 
 @needs_listing
@@ -702,3 +705,24 @@ def test_show_of_a_missing_conversation_fails_the_same_with_or_without_user(
                          "--limit", "0")  # fmt: skip
     assert code == 0, err
     assert "no message asked for" in out + err
+
+
+def test_a_model_view_export_reimports(
+    tau_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summarized view (the policy and the summary in one leading message) is a history
+    ``import`` accepts: before, its second system message was refused."""
+    user, session, _ = _longest_tau()
+    target = tmp_path / "view.json"
+    code, _, err = run(
+        capsys, "export", "--url", default_url(tau_db), "--user", user, "--session", session,
+        "--format", "json", "--model-view", "-o", str(target),
+    )  # fmt: skip
+    assert code == 0, err
+    exported = json.loads(target.read_text())[0]["messages"]
+    assert [m["role"] for m in exported].count("system") == 1
+    copy = f"sqlite:///{tmp_path / 'copy.db'}"
+    code, _, err = run(capsys, "import", "--url", copy, str(target))
+    assert code == 0, err
+    again = run_json(capsys, "show", "--url", copy, "--user", user, "--session", session, "--raw")
+    assert [m["content"] for m in again["messages"]] == [m["content"] for m in exported]

@@ -24,6 +24,7 @@ from storage.cli.registry import command, registered
 from storage.cli.transcript import fence, markdown_conversation
 from storage.config import open_storage
 from storage.errors import ConfigError
+from storage.layers.summarizing.header import framed
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.sqlite import SQLiteChatStorage
 
@@ -234,7 +235,7 @@ def test_compact_one_conversation(db: Path, capsys: pytest.CaptureFixture[str]) 
     assert "with the given summary: the model view is now 1 message" in out
     assert "raw record keeps 4 messages" in out
     shown = run_json(capsys, "show", "--url", stack_url, "--user", "ada", "--session", "trip")
-    assert shown["messages"][0]["content"] == "Ada asked about Oslo."
+    assert shown["messages"][0]["content"] == framed("Ada asked about Oslo.")
     assert len(shown["messages"]) == 1
     # Without a summarizing layer it says what is needed.
     code, _, err = run(capsys, "compact", "--url", url(db), "--user", "ada", "--session", "trip")
@@ -322,7 +323,9 @@ def test_export_raw_versus_model_view(db: Path, capsys: pytest.CaptureFixture[st
     args = ("export", "--url", stack_url, "--user", "bob")
     model = run(capsys, *args, "--format", "json", "--model-view")[1]
     raw = run(capsys, *args, "--format", "json")[1]  # json defaults to the raw record
-    assert [m["content"] for m in json.loads(model)[0]["messages"]] == ["Bob asked about Oslo."]
+    assert [m["content"] for m in json.loads(model)[0]["messages"]] == [
+        framed("Bob asked about Oslo.")
+    ]
     assert len(json.loads(raw)[0]["messages"]) == 4
     jsonl = run(capsys, *args)[1]  # jsonl defaults to the raw record (what import restores)
     assert len(json.loads(jsonl)["messages"]) == 4

@@ -98,7 +98,7 @@ def test_unknown_name_without_close_match_lists_known() -> None:
     with pytest.raises(ConfigError) as info:
         reg.resolve("layers", "zzzzzz")
     assert "did you mean" not in str(info.value)
-    assert "scrub, summarize, transform" in str(info.value)
+    assert "scrub, strict, summarize, transform" in str(info.value)
 
 
 def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

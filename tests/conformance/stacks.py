@@ -24,6 +24,7 @@ import pytest
 
 from storage.protocol import ChatStorage
 from storage.testing import StoreHarness
+from tests.conformance import faults
 
 HarnessFactory = Callable[[Path, pytest.FixtureRequest], StoreHarness]
 Factory = Callable[[Path, pytest.FixtureRequest], "ChatStorage | Awaitable[ChatStorage]"]
@@ -50,14 +51,24 @@ def _sqlite(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     from storage.stores.sqlite import SQLiteChatStorage
 
     path = tmp / "chats.db"
-    return StoreHarness(open=lambda **o: SQLiteChatStorage(path, **o), url=f"sqlite:///{path}")
+    return StoreHarness(
+        open=lambda **o: SQLiteChatStorage(path, **o),
+        url=f"sqlite:///{path}",
+        damage=faults.sqlite_damage(path),
+        snapshot=faults.sqlite_snapshot(path),
+    )
 
 
 def _jsonl(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     from storage.stores.jsonl import JsonlChatStorage
 
     path = tmp / "jsonl"
-    return StoreHarness(open=lambda **o: JsonlChatStorage(path, **o), url=f"jsonl://{path}")
+    return StoreHarness(
+        open=lambda **o: JsonlChatStorage(path, **o),
+        url=f"jsonl://{path}",
+        damage=faults.jsonl_damage(path),
+        snapshot=faults.jsonl_snapshot(path),
+    )
 
 
 def _redis(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
@@ -68,6 +79,8 @@ def _redis(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     return StoreHarness(
         open=lambda **o: RedisChatStorage(url, prefix=prefix, **o),
         url=_with_query(url, prefix=prefix),
+        damage=faults.redis_damage(url, prefix),
+        snapshot=faults.redis_snapshot(url, prefix),
     )
 
 
@@ -79,6 +92,8 @@ def _redis_cluster(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     return StoreHarness(
         open=lambda **o: RedisChatStorage(url, prefix=prefix, cluster=True, **o),
         url=_with_query(url, prefix=prefix, cluster="true"),
+        damage=faults.redis_damage(url, prefix, cluster=True),
+        snapshot=faults.redis_snapshot(url, prefix, cluster=True),
     )
 
 
@@ -90,6 +105,8 @@ def _postgres(tmp: Path, request: pytest.FixtureRequest) -> StoreHarness:
     return StoreHarness(
         open=lambda **o: PostgresChatStorage(dsn, schema=schema, **o),
         url=_with_query(dsn, schema=schema),
+        damage=faults.postgres_damage(dsn, schema),
+        snapshot=faults.postgres_snapshot(dsn, schema),
     )
 
 

@@ -13,12 +13,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from storage.abilities import Head, SummaryCheckpoint, Tail
+from storage.errors import CorruptRecordError
 from storage.history import prepare_batch, validate_history
-from storage.layers.encrypting.envelope import CHECKPOINT, MESSAGE, DataKey, seal_message
+from storage.layers.encrypting.envelope import (
+    CHECKPOINT,
+    MESSAGE,
+    DataKey,
+    KeyErasedError,
+    seal_message,
+)
 from storage.layers.encrypting.records import RecordsAndVault
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import check_key
 from storage.stores.checks import check_checkpoint
+from storage.stores.derived import DerivedLog
 
 if TYPE_CHECKING:
     from storage.layers.encrypting.cache import PlainCache
@@ -33,6 +41,21 @@ class SealedAbilities(RecordsAndVault):
 
     _below: Any
     _cache: PlainCache
+    _derived: DerivedLog | None = None
+
+    @property
+    def derived_log(self) -> DerivedLog:
+        """Checkpoints this layer could not open and ignored (a derived record never hides
+        the raw one), by kind; logged once per key (logger ``storage.stores.derived``)."""
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = DerivedLog()
+        return derived
+
+    @property
+    def corrupt_derived(self) -> int:
+        """How many times this layer ignored a checkpoint it could not open."""
+        return self._derived.count if self._derived is not None else 0
 
     if TYPE_CHECKING:  # the layer's own
 
@@ -73,6 +96,8 @@ class SealedAbilities(RecordsAndVault):
 
         async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T: ...
 
+        def describe(self) -> str: ...
+
     async def head(self, key: ChatKey) -> Head:
         result: Head = await self._below.head(key)
         return result
@@ -93,14 +118,25 @@ class SealedAbilities(RecordsAndVault):
     async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         """The inner checkpoint with its summary messages decrypted, or ``None``.
 
+        A checkpoint whose ciphertext does not open (tampered, truncated) is counted in
+        :attr:`corrupt_derived`, logged once and ignored (``None``): the view is rebuilt from
+        the raw record and the next compaction replaces it.
+
         Raises:
-            KeyErasedError, CorruptRecordError: as :meth:`fetch`.
+            KeyErasedError: as :meth:`fetch`.
         """
         checkpoint: SummaryCheckpoint | None = await self._below.load_checkpoint(key)
         if checkpoint is None:
             return None
         data_key = await self._live(key.user_id)
-        messages = await self._open_all(data_key, key, checkpoint.messages, CHECKPOINT)
+        try:
+            messages = await self._open_all(data_key, key, checkpoint.messages, CHECKPOINT)
+        except KeyErasedError:
+            raise
+        except CorruptRecordError as exc:
+            # A checkpoint is derived: one that does not open never hides the record.
+            self.derived_log.unreadable(self.describe(), "checkpoint", repr(key), exc)
+            return None
         if len(messages) != len(checkpoint.messages):
             return None  # made before an erasure of the user: void
         return attrs.evolve(checkpoint, messages=tuple(messages))

@@ -13,7 +13,8 @@ In the stored checkpoint, verbatim copies are marked
 marked messages); :func:`unmark` gives the raw message back, so the next round sees them as
 the history they are, and :func:`view_form` is what the view shows: verbatim copies exactly as
 the raw messages were (a trimmed one with only its ``trimmed_chars`` marker), never marked as
-summaries, and the summary message without its stored hold (:mod:`.hold`).
+summaries, the pinned prompt and the summary merged into the view's one leading message
+(:mod:`.header`), without the summary's stored hold (:mod:`.hold`).
 
 A **group** is an assistant message and the tool results after it (a tool call and its results
 are never split); a **turn** is a user message and everything up to the next one.
@@ -26,6 +27,7 @@ from typing import Literal
 
 import attrs
 
+from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import without_hold
 from storage.message import ChatMessage, thaw
 
@@ -37,6 +39,7 @@ __all__ = [
     "mark_verbatim",
     "pinned_prompt",
     "plan_cut",
+    "source_form",
     "unmark",
     "view_form",
 ]
@@ -81,7 +84,25 @@ def unmark(message: ChatMessage) -> ChatMessage:
 
 
 def view_form(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """A stored checkpoint's messages as the view shows them (see the module docstring)."""
+    """A stored checkpoint's messages as the view shows them (see the module docstring): the
+    pinned prompt and the summary merged into one leading message (:mod:`.header`), then the
+    verbatim copies exactly as the raw messages were. Called once per load or install."""
+    pinned: ChatMessage | None = None
+    summaries: list[ChatMessage] = []
+    copies: list[ChatMessage] = []
+    for index, message in enumerate(messages):
+        if not is_verbatim(message):
+            summaries.append(without_hold(message))
+        elif index == 0 and message.role in PINNED_ROLES:
+            pinned = unmark(message)
+        else:
+            copies.append(unmark(message))
+    return [*header_messages(pinned, summaries), *copies]
+
+
+def source_form(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """A stored checkpoint's messages as a summarizer reads them: the pinned prompt and the
+    carried copies as the raw messages they are, the summary without its stored hold."""
     return [unmark(m) if is_verbatim(m) else without_hold(m) for m in messages]
 
 

@@ -26,6 +26,7 @@ import anyio
 from storage.abilities import CheckpointStorage, SummaryCheckpoint, Tail
 from storage.layers.summarizing.cutting import view_form
 from storage.layers.summarizing.hold import read_hold
+from storage.layers.summarizing.projection import damaged_start
 from storage.layers.summarizing.state import KeyState
 from storage.message import ChatKey, ChatMessage
 
@@ -40,6 +41,7 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
     The two reads are checked against each other (the tail's head names the checkpoint
     version and epoch read); a checkpoint written in between makes it read again.
     """
+    previous = -1
     for _ in range(_LOAD_ATTEMPTS):
         checkpoint = await store.load_checkpoint(key)
         tail = await store.fetch_since(key, checkpoint.covers_to if checkpoint else 0)
@@ -49,13 +51,20 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
             checkpoint is None or checkpoint.epoch == head.epoch
         ):
             break
+        if checkpoint is None and head.checkpoint_version == previous:
+            break  # stored but unreadable twice: ignored (the store counted it)
+        previous = head.checkpoint_version
     if checkpoint is not None and checkpoint.epoch != head.epoch:
         checkpoint = None  # made under a record that no longer exists
         tail = await store.fetch_since(key, 0)
         head = tail.head
     state.checkpoint = checkpoint
     stored = checkpoint.messages if checkpoint else ()
-    state.set_view(view_form(stored), tail.messages, tail.seqs)
+    messages, seqs = list(tail.messages), list(tail.seqs)
+    if checkpoint is None:  # a record a purge cut mid-turn: its orphaned start left out
+        lead, start = damaged_start(messages)
+        del messages[lead:start], seqs[lead:start]
+    state.set_view(view_form(stored), messages, seqs)
     state.hold = read_hold(stored, state.unit)
     # The head's version (not the one read) is what later heads are compared with, so a
     # store reporting a version it does not serve cannot make every fetch rebuild.

@@ -69,11 +69,10 @@ from storage.errors import (
     InvalidMessageError,
     SummarizerError,
 )
-from storage.history import last_turns_start, safe_window
-from storage.layers.summarizing import fleet
+from storage.history import last_turns_start
+from storage.layers.summarizing import fleet, memory
 from storage.layers.summarizing.calling import describe_summarizer, run_summarizer
 from storage.layers.summarizing.cutting import (
-    PINNED_ROLES,
     Cut,
     Work,
     mark_verbatim,
@@ -82,18 +81,20 @@ from storage.layers.summarizing.cutting import (
     plan_cut,
     view_form,
 )
+from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import with_hold, without_hold
+from storage.layers.summarizing.options import check_numbers, token_trigger
 from storage.layers.summarizing.policy import OnError, Policy
 from storage.layers.summarizing.projection import (
-    leading_summaries,
     mark_summary,
     serve,
     split_result,
+    start_right,
     summary_message,
 )
 from storage.layers.summarizing.state import KeyState, KeyStates
 from storage.layers.summarizing.trimming import trim_tool_results
-from storage.message import ChatKey, ChatMessage, check_key_part
+from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage, check_key_part
 from storage.protocol import ChatStorage, ChatStorageWrapper
 
 if TYPE_CHECKING:
@@ -142,7 +143,10 @@ class SummarizingChatStorage(
             verbatim after a summary (whole turns, or whole tool-call groups inside a long
             turn; always at least the newest one). Default ``trigger_tokens // 4``.
         trigger_fraction: token budget as a fraction (0 < F <= 1) of ``model``'s context
-            window, from litellm's bundled model data (offline).
+            window: ``context_window`` when given, else litellm's bundled model data
+            (offline).
+        context_window: ``model``'s context window in tokens, for a model litellm does not
+            know (``hosted_vllm/…``, ``ollama/…``); only with ``trigger_fraction``.
         model: the model whose tokenizer counts tokens (default ``"gpt-4o"``).
         trim_tool_results: trim tool results longer than this many characters (>= 20) that
             are older than the last ``trim_keep_turns`` turns to head + tail + a marker, in
@@ -161,8 +165,14 @@ class SummarizingChatStorage(
             has the ``CheckpointStorage`` ability, else ``"memory"``.
         coherence: with ``summaries="store"``: ``"store"`` (default) reads the key's head on
             every fetch of a cached key, so saves, checkpoints and deletes made through any
-            instance or process are seen; ``"process"`` skips that read, for deployments
-            that pin each conversation to one process.
+            instance or process are seen; ``"process"`` reads it at most once per
+            ``process_recheck`` seconds, for deployments that pin each conversation to one
+            process.
+        process_recheck: with ``coherence="process"``: the most seconds (of ``clock``) a
+            cached key is served without reading its head, so an erasure (``delete``,
+            ``delete_user``), a ``replace`` or a purge made through another process stops
+            being served within that bound (default 1 s; ``None``: never read, only for
+            conversations no other process ever erases). Must be > 0.
         on_error: ``"raise"`` (default): a summarizer failure propagates as
             ``SummarizerError`` from the save or fetch that triggered it; ``"fallback"``:
             save and fetch never fail because of the summarizer (see :mod:`.policy`).
@@ -172,7 +182,14 @@ class SummarizingChatStorage(
         retry_backoff: ``on_error="fallback"``: seconds before the first retry of a failed
             summary, doubled after each failure in a row. Must be >= 0.
         retry_max: largest retry delay in seconds. Must be >= ``retry_backoff``.
-        summary_role: role of the message ``compact(key, summary="...")`` makes.
+        summary_role: role of the message ``compact(key, summary="...")`` makes (a
+            summarizer's own messages keep the role it gives them). ``"system"`` (default) or
+            ``"developer"``: merged into the view's one leading message after the pinned
+            prompt, accepted by every strict template. ``"user"``: a separate user message
+            after the prompt; Mistral templates refuse it before the next user message (two
+            user turns in a row) unless a ``strict::`` layer merges them. ``"assistant"``: a
+            separate assistant message; Mistral templates refuse a conversation opening with
+            an assistant turn.
         clock: monotonic seconds for the backoff (injected in tests); default
             ``time.monotonic``.
 
@@ -192,26 +209,29 @@ class SummarizingChatStorage(
     arrived or a new turn starts (:mod:`.policy`; the hold is stored in the checkpoint, so
     every instance and a restarted worker decide alike), so a history of ``n`` messages (or
     tokens) costs at most about ``n / (trigger - keep - s)`` calls plus one per turn that
-    starts while the view is held, ``s`` the size of the summary and pinned messages (the
-    600-pair agent turn with ``trigger_at=5``, 1,202 messages with its system prompt: at
-    most ``1202 // (10 - 2 - 3) + 1 = 241`` calls, measured 199, and a view of at most 10
-    messages after every save). No call (and no lease) is made while no cut is possible.
+    starts while the view is held, ``s`` the messages a compaction keeps besides the newest
+    material (with a pair budget only a long turn's opening user message: the leading message
+    is not counted; with tokens, the leading message too). The 600-pair agent turn with
+    ``trigger_at=5``, 1,202 messages: at most ``1202 // (10 - 2 - 1) + 1 = 172`` calls, and a
+    view of at most 10 messages after its leading one after every save. No call (and no
+    lease) is made while no cut is possible.
 
     The view shows verbatim copies (the pinned system/developer prompt, a long turn's
     opening user message, trimmed tool results) exactly as the raw messages were (a trimmed
     one with only its ``trimmed_chars`` marker); only the summary message ``is_summary``.
 
     Raises:
-        ValueError: on construction, for a bad ``trigger_at``, ``keep_last``,
-            ``max_buffers``, ``timeout``, ``lease_ttl``, retry delay or budget.
-        ConfigError: on construction, ``summaries="store"`` over a stack without the
+        ConfigError: on construction (a ``ValueError`` too), for a bad ``trigger_at``,
+            ``keep_last``, ``max_buffers``, ``timeout``, ``lease_ttl``, retry delay, budget
+            or trimming option, each named; ``summaries="store"`` over a stack without the
             ``CheckpointStorage`` ability, or an unknown ``summaries``/``coherence``/
             ``on_error`` value.
         SummarizerError: from the ``save`` or ``fetch`` that triggered a failing summarizer
             (``on_error="raise"``; in background mode the failure is logged and counted).
         ConfigError: on construction, conflicting budgets (``trigger_at`` with a token
             budget, ``trigger_tokens`` with ``trigger_fraction``, ``keep_tokens`` without a
-            token budget) or a model with no known context window; a ``save`` or ``fetch``
+            token budget) or ``trigger_fraction`` for a model with no known context window
+            and no ``context_window`` (the error names it); a ``save`` or ``fetch``
             of a ``background=True`` layer that was not entered (``async with layer:``),
             before anything is written.
     """
@@ -240,21 +260,19 @@ class SummarizingChatStorage(
         trim_tool_results: int | None = None,
         trim_keep_turns: int = 2,
         background: bool = False,
+        context_window: int | None = None,
+        process_recheck: float | None = 1.0,
     ) -> None:
         super().__init__(inner)
         if trigger_tokens is not None and trigger_fraction is not None:
             raise ConfigError("give trigger_tokens or trigger_fraction, not both")
         if trigger_fraction is not None:
-            if not 0 < trigger_fraction <= 1:
-                raise ValueError(f"trigger_fraction must be in (0, 1], got {trigger_fraction}")
-            from summarizers.tokens import context_window
-
-            trigger_tokens = max(1, int(trigger_fraction * context_window(model or "gpt-4o")))
+            trigger_tokens = token_trigger(trigger_fraction, model, context_window)
+        elif context_window is not None:
+            raise ConfigError("context_window is for trigger_fraction; give both or neither")
         if trigger_tokens is not None:
             if trigger_at is not None:
                 raise ConfigError("give trigger_at (pairs) or a token budget, not both")
-            if trigger_tokens < 1:
-                raise ValueError(f"trigger_tokens must be >= 1, got {trigger_tokens}")
         elif keep_tokens is not None:
             raise ConfigError(
                 "keep_tokens needs a token budget (trigger_tokens or trigger_fraction)"
@@ -262,25 +280,22 @@ class SummarizingChatStorage(
         if keep_tokens is not None and not (
             trigger_tokens is not None and 0 < keep_tokens < trigger_tokens
         ):
-            raise ValueError(f"keep_tokens must be in (0, trigger_tokens), got {keep_tokens}")
-        if trim_tool_results is not None and trim_tool_results < 20:
-            raise ValueError(f"trim_tool_results must be >= 20 characters, got {trim_tool_results}")
-        if trim_keep_turns < 0:
-            raise ValueError(f"trim_keep_turns must be >= 0, got {trim_keep_turns}")
+            raise ConfigError(f"keep_tokens must be in (0, trigger_tokens), got {keep_tokens}")
         if trigger_tokens is None and trigger_at is None:
             trigger_at = 20
-        if trigger_at is not None and trigger_at < 1:
-            raise ValueError(f"trigger_at must be >= 1, got {trigger_at}")
-        if keep_last < 0:
-            raise ValueError(f"keep_last must be >= 0, got {keep_last}")
-        if max_buffers < 1:
-            raise ValueError(f"max_buffers must be >= 1, got {max_buffers}")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be > 0 or None, got {timeout}")
-        if lease_ttl is not None and lease_ttl <= 0:
-            raise ValueError(f"lease_ttl must be > 0, got {lease_ttl}")
+        check_numbers(
+            trigger_at=trigger_at,
+            trigger_tokens=trigger_tokens,
+            keep_last=keep_last,
+            trim_tool_results=trim_tool_results,
+            trim_keep_turns=trim_keep_turns,
+            max_buffers=max_buffers,
+            timeout=timeout,
+            lease_ttl=lease_ttl,
+            process_recheck=process_recheck,
+        )
         if retry_backoff < 0 or retry_max < retry_backoff:
-            raise ValueError(
+            raise ConfigError(
                 f"need 0 <= retry_backoff <= retry_max, got {retry_backoff} and {retry_max}"
             )
         for name, value, allowed in (
@@ -318,6 +333,8 @@ class SummarizingChatStorage(
         self.summaries: Summaries = "store" if store is not None else "memory"
         self._coherence: Coherence = coherence
         self._coherent = coherence == "store"
+        self._clock = clock or time.monotonic
+        self._recheck = None if self._coherent else process_recheck
         self.lease_ttl = (
             lease_ttl if lease_ttl is not None else (timeout + 30.0 if timeout else 300.0)
         )
@@ -344,6 +361,8 @@ class SummarizingChatStorage(
                 marker = message.metadata.get("chatlayers")
                 if marker and marker.get("trimmed_chars"):  # a trimmed copy keeps its id
                     return counter.count(message, f"{message.id}\x00trimmed")
+                if marker and marker.get("summary"):  # a header keeps the prompt's id
+                    return counter.count(message, f"{message.id}\x00{hash(message.text)}")
                 return counter.count(message)
 
         # The newest window a view with no summary is served as (fallback, pair budget).
@@ -416,7 +435,11 @@ class SummarizingChatStorage(
             # The hot path: one head read, nothing changed, the view served from memory.
             self._states.bump(key)
             grew = False
-            if self._coherent:
+            if self._coherent or (
+                self._recheck is not None
+                and self._clock() >= state.recheck_at
+                and self._recheck_due(state)
+            ):
                 head = await store.head(key)
                 known = state.head
                 if (
@@ -432,17 +455,18 @@ class SummarizingChatStorage(
                     self._schedule(state, key)
                 else:
                     await self._trigger(state, key, wait=False, activation=False)
-            view = state.view
             window = self._window
-            if window is not None and state.n_summary == 0 and len(view) > window:
-                return serve(view, limit, window)  # no summary yet: newest window
-            return safe_window(view, limit)
+            if window is not None and state.n_summary == 0:
+                return serve(state.view, limit, window)  # no summary yet: newest window
+            return serve(state.view, limit, None)
         state = self._states.create(key)
         async with state.sync_lock:
             if state.view is None:
                 await fleet.load(store, key, state)
                 if state.checkpoint is not None:
                     self.checkpoints_loaded += 1
+                if self._recheck is not None:
+                    state.recheck_at = self._clock() + self._recheck
         if self._policy.due(state):
             if self.background:
                 self._schedule(state, key)
@@ -450,13 +474,22 @@ class SummarizingChatStorage(
                 await self._trigger(state, key, wait=True, activation=True)
         return self._serve(state, limit)
 
+    def _recheck_due(self, state: KeyState) -> bool:
+        """``coherence="process"``: whether the cached key's head is due a read (at most once
+        per ``process_recheck`` seconds), so another process's erasure reaches this one."""
+        recheck = self._recheck
+        if recheck is None:
+            return False
+        now = self._clock()
+        if now < state.recheck_at:
+            return False
+        state.recheck_at = now + recheck
+        return True
+
     def _serve(self, state: KeyState, limit: int | None) -> list[ChatMessage]:
-        view = state.view
-        assert view is not None
-        window = self._window
-        if window is not None and state.n_summary == 0 and len(view) > window:
-            return serve(view, limit, window)  # no summary yet: the newest window
-        return safe_window(view, limit)
+        assert state.view is not None
+        window = self._window if state.n_summary == 0 else None  # no summary: newest window
+        return serve(state.view, limit, window)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -683,7 +716,7 @@ class SummarizingChatStorage(
             # The hold is decided from what is stored (the checkpoint and the raw messages
             # after it), and stored with it, so every instance holds the key alike.
             kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]
-            size = state.size_of(view_form(messages)) + state.size_of(kept)
+            size = self._policy.measure(state, [*view_form(messages), *kept])
             hold = self._policy.hold_for(size, sum(1 for m in kept if m.role == "user"))
             messages = with_hold(messages, hold, state.unit)
             now = datetime.now(UTC)
@@ -701,7 +734,6 @@ class SummarizingChatStorage(
             SummarizerError: the summarizer failed or its result was refused.
         """
         policy = self._policy
-        size_of = state.size_of
         if self.trim_tool_results is not None:
             items = list(work.items)
             trimmed = trim_tool_results(
@@ -711,7 +743,7 @@ class SummarizingChatStorage(
                 cut = last_turns_start(items, self.trim_keep_turns)
                 messages = work.checkpoint(work.prior, cut, copies=trimmed[:cut])
                 kept = items[max(cut, work.n_carried) :]
-                if size_of(messages) + size_of(kept) <= policy.trigger:
+                if policy.measure(state, [*view_form(messages), *kept]) <= policy.trigger:
                     self.trims_made += 1
                     return messages, work.covers_to_after(cut), "trim"
                 work = attrs.evolve(work, items=tuple(trimmed))  # the summarizer reads less
@@ -754,7 +786,10 @@ class SummarizingChatStorage(
             trigger=policy.trigger,
             keep_budget=policy.keep_budget,
             by_tokens=policy.trigger_tokens is not None,
-            fixed=size_of(work.prior) + (size_of([work.pinned]) if work.pinned else 0),
+            # Tokens count everything the model gets; pairs only the turns after the header.
+            fixed=size_of(header_messages(work.pinned, work.prior))
+            if policy.trigger_tokens is not None
+            else 0,
         )
 
     def _may_cut(self, state: KeyState) -> bool:
@@ -819,7 +854,7 @@ class SummarizingChatStorage(
                 else:
                     await self._resummarize_memory(state, key)
             return serve(state.view, limit, self._policy.window(state))
-        raw = await self.inner.fetch(key)
+        raw = start_right(await self.inner.fetch(key))
         if not self._over(raw):
             return serve(raw, limit, None)
         state = self._states.create(key)
@@ -835,7 +870,7 @@ class SummarizingChatStorage(
                 state.summarizing = True
                 state.pending = []
                 try:
-                    raw = await self.inner.fetch(key)
+                    raw = start_right(await self.inner.fetch(key))
                 except BaseException:
                     state.summarizing = False
                     self._drop_if_cold(key, state)
@@ -851,8 +886,9 @@ class SummarizingChatStorage(
     def _over(self, messages: Sequence[ChatMessage]) -> bool:
         """``messages`` are over the budget (a cold key's raw history)."""
         counter = self._counter
-        if counter is None:
-            return len(messages) > self._policy.trigger
+        if counter is None:  # pairs count the messages after the leading prompt
+            lead = 1 if messages and messages[0].role in INSTRUCTION_ROLES else 0
+            return len(messages) - lead > self._policy.trigger
         total: int = counter.total(messages)
         return total > self._policy.trigger
 
@@ -860,11 +896,10 @@ class SummarizingChatStorage(
         if not self._policy.may_try(state):
             return
         async with state.lock:
-            view = state.view
-            if view is not None and self._policy.due(state) and self._policy.may_try(state):
+            if state.view is not None and self._policy.due(state) and self._policy.may_try(state):
                 state.summarizing = True
                 state.pending = []
-                await self._summarize_memory(state, key, list(view), activation=False)
+                await self._summarize_memory(state, key, memory.source(state), activation=False)
 
     async def _summarize_memory(
         self, state: KeyState, key: ChatKey, source: list[ChatMessage], *, activation: bool
@@ -874,14 +909,10 @@ class SummarizingChatStorage(
         accepted: list[ChatMessage] | None = None
         self.summarizer_calls += 1
         # The leading system prompt is pinned: never summarized, first in every view.
-        pinned = source[:1] if source and source[0].role in PINNED_ROLES else []
-        if pinned and pinned[0].is_summary:
-            pinned = []
+        pinned = memory.pinned_of(source)
+        body = source[1:] if pinned is not None else source
         try:
-            accepted = await run_summarizer(
-                self.summarizer, source[len(pinned) :], self.keep_last, self.timeout
-            )
-            accepted = [*pinned, *accepted]
+            accepted = await run_summarizer(self.summarizer, body, self.keep_last, self.timeout)
         except BaseException as exc:
             self.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -896,15 +927,14 @@ class SummarizingChatStorage(
             late = [m for m in pending if m.id not in seen]
             if accepted is not None:
                 self._policy.succeeded(state)
-                state.set_view((), [*accepted, *late])
-                made = leading_summaries(accepted[len(pinned) :])
-                state.n_summary = len(pinned) + made if made else 0
-                if accepted != source:  # an unchanged view: nothing could be summarized
+                memory.install(state, pinned, accepted, late)
+                if accepted != body:  # an unchanged view: nothing could be summarized
                     self.summaries_made += 1
                     state.compactions = next(self._compaction_seq)
                 self._policy.settle(state)
             elif state.view is None and activation:
                 if self._policy.fallback:  # serve the raw window until a retry succeeds
+                    state.stored_head = ()
                     state.set_view((), [*source, *late])
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
@@ -997,15 +1027,14 @@ class SummarizingChatStorage(
     async def _compact_memory(self, key: ChatKey, message: ChatMessage | None) -> list[ChatMessage]:
         state = self._states.create(key)
         async with state.lock:
-            source = list(state.view) if state.view is not None else await self.inner.fetch(key)
+            cached = state.view is not None
+            source = memory.source(state) if cached else start_right(await self.inner.fetch(key))
             if not source:
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
             if message is not None:
                 # The leading system/developer prompt stays first, ahead of the summary.
-                first = source[0]
-                keep = first.role in PINNED_ROLES and not first.is_summary
-                state.set_view((first, message) if keep else (message,), [])
+                memory.install(state, memory.pinned_of(source), [message])
                 state.hold = None
                 state.compactions = next(self._compaction_seq)
             else:

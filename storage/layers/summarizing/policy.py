@@ -1,7 +1,9 @@
 """When a summary is due (the budget), and what a summarizer failure does (``on_error``).
 
-The budget counts messages (``trigger_at * 2``, the seed's contract) or tokens
-(``trigger_tokens``, counted per message once and kept as a running total). A view is due when
+The budget counts messages (``trigger_at * 2``, the seed's contract: the messages after the
+view's leading system/developer message, so the pinned prompt and the summary merged into it
+never count as turns) or tokens (``trigger_tokens``, everything the model gets, counted per
+message once and kept as a running total). A view is due when
 it is over the trigger; a compaction keeps about ``keep_budget`` verbatim at the end (a quarter
 of the trigger unless ``keep_tokens`` says otherwise).
 
@@ -32,20 +34,24 @@ is served as its newest ``trigger_at * 2`` messages meanwhile (tool-pair safe).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import attrs
 
 from storage.layers.summarizing.hold import Hold
 from storage.layers.summarizing.state import KeyState
-from storage.message import ChatKey
+from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage
 
 __all__ = ["OnError", "Policy"]
 
 log = logging.getLogger("storage.layers.summarizing")
 
 OnError = Literal["raise", "fallback"]
+
+LEADING_ROLES = INSTRUCTION_ROLES
+"""A view's leading message of these roles (the pinned prompt, alone or with the summary
+merged in) is not counted by a pair budget."""
 
 
 @attrs.define
@@ -97,16 +103,30 @@ class Policy:
         return max(1, self.trigger - self.keep_budget)
 
     def size(self, state: KeyState) -> int:
-        """The view's size in the budget unit (0 for a cold key)."""
-        if state.view is None:
+        """The view's size in the budget unit (0 for a cold key): its tokens, or its messages
+        after the leading system/developer message (pairs count turns, not the header)."""
+        view = state.view
+        if view is None:
             return 0
-        return state.tokens if self.trigger_tokens is not None else len(state.view)
+        if self.trigger_tokens is not None:
+            return state.tokens
+        return len(view) - 1 if view and view[0].role in LEADING_ROLES else len(view)
+
+    def measure(self, state: KeyState, view: Sequence[ChatMessage]) -> int:
+        """The size ``view`` (a whole view) has in the budget unit, as :meth:`size` counts."""
+        if self.trigger_tokens is not None:
+            return state.size_of(view)
+        return len(view) - 1 if view and view[0].role in LEADING_ROLES else len(view)
 
     def due(self, state: KeyState) -> bool:
         """The view is over the trigger and not held (see the module docstring)."""
-        if state.view is None:
+        view = state.view
+        if view is None:
             return False
-        size = state.tokens if self.trigger_tokens is not None else len(state.view)
+        if self.trigger_tokens is not None:
+            size = state.tokens
+        else:
+            size = len(view) - 1 if view and view[0].role in LEADING_ROLES else len(view)
         if size <= self.trigger:
             return False
         hold = state.hold

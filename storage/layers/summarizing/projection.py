@@ -15,15 +15,17 @@ from datetime import datetime
 import attrs
 
 from storage.errors import ChatStorageError, InvalidMessageError, SummarizerError
-from storage.history import check_tool_pairs, last_turns_start, safe_window, validate_message
-from storage.message import ChatMessage
+from storage.history import check_tool_pairs, last_turns_start, turn_window, validate_message
+from storage.message import INSTRUCTION_ROLES, ChatMessage
 
 __all__ = [
     "check_result",
     "leading_summaries",
     "mark_summary",
     "serve",
+    "damaged_start",
     "split_result",
+    "start_right",
     "summary_message",
 ]
 
@@ -124,9 +126,40 @@ def split_result(
 
 
 def serve(view: list[ChatMessage], limit: int | None, window: int | None) -> list[ChatMessage]:
-    """What ``fetch`` returns from a view: the newest ``window`` messages first when given
-    (the fallback of a view with no summary), then ``limit``; tool-pair safe, a new list."""
-    if window is not None and len(view) > window:
-        view = safe_window(view, window)
-        return view if limit is None else safe_window(view, limit)
-    return safe_window(view, limit)
+    """What ``fetch`` returns from a view (a new list): the newest ``window`` messages first
+    when given (the fallback of a view with no summary), then ``limit``, each by
+    :func:`~storage.history.turn_window` (the leading message kept, a turn or group boundary
+    first), then :func:`start_right`."""
+    if window is not None:
+        view = turn_window(view, window)
+    if limit is not None:
+        view = turn_window(view, limit)
+    return start_right(view)
+
+
+def damaged_start(view: Sequence[ChatMessage]) -> tuple[int, int]:
+    """``(lead, start)``: ``view[lead:start]`` is a damaged start to leave out of the view
+    (empty when it starts right). When the first message after the leading system/developer
+    message (and any summary after it) is a ``tool`` result, its call is not in the record (a
+    retention purge removed the oldest messages mid-turn), so the view starts at the next user
+    message (past the orphaned results when there is none). A view starting with an assistant
+    message (an agent that began on its own, a greeting) starts right."""
+    lead = 1 if view and view[0].role in INSTRUCTION_ROLES else 0
+    if len(view) <= lead or view[lead].role != "tool":
+        return lead, lead
+    for index in range(lead + 1, len(view)):
+        if view[index].role == "user":
+            return lead, index
+    start = lead
+    while start < len(view) and view[start].role == "tool":
+        start += 1
+    return lead, start
+
+
+def start_right(view: list[ChatMessage]) -> list[ChatMessage]:
+    """``view`` (a new list) without its damaged start (:func:`damaged_start`); one role
+    check when the view starts right."""
+    lead, start = damaged_start(view)
+    if start == lead:
+        return list(view)
+    return [*view[:lead], *view[start:]]

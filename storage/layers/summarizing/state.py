@@ -31,6 +31,9 @@ class KeyState:
             ``None`` for a message saved through this instance and not read back yet (always
             at the end).
         checkpoint: store mode: the checkpoint the view starts with (``None``: none).
+        stored_head: memory mode: what a checkpoint would hold for the view's summary part
+            (the pinned prompt marked verbatim, the summary messages); the view shows it
+            through :func:`~storage.layers.summarizing.cutting.view_form`.
         cp_version: version of that checkpoint as the store's head reports it (0: none).
         head: store mode: the key's head when the view was last read back.
         synced_seq: store mode: every raw message with ``seq <= synced_seq`` is in the view or
@@ -53,6 +56,8 @@ class KeyState:
             holds alike. ``None``: not held.
         compactions: times the view's head was replaced (memory mode's view version).
         scheduled: background mode: a summary task for this key is queued or running.
+        recheck_at: ``coherence="process"``: the layer's clock time from which the next
+            fetch reads the key's head again.
     """
 
     __slots__ = (
@@ -67,9 +72,11 @@ class KeyState:
         "measure",
         "n_summary",
         "pending",
+        "recheck_at",
         "retry_at",
         "scheduled",
         "seqs",
+        "stored_head",
         "summarizing",
         "sync_lock",
         "synced_seq",
@@ -82,6 +89,7 @@ class KeyState:
         self.n_summary = 0
         self.seqs: list[int | None] = []
         self.checkpoint: SummaryCheckpoint | None = None
+        self.stored_head: tuple[ChatMessage, ...] = ()
         self.cp_version = 0
         self.head: Head | None = None
         self.synced_seq = 0
@@ -97,6 +105,7 @@ class KeyState:
         self.hold: Hold | None = None
         self.compactions = 0
         self.scheduled = False
+        self.recheck_at = 0.0
 
     @property
     def unit(self) -> Unit:

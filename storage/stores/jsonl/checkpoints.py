@@ -8,7 +8,9 @@
 Written whole, atomically (temporary file, fsync, rename) by the holder of the session's
 flock, after the compare-and-set checks (``store``); read without a lock. A checkpoint whose
 ``epoch`` is not the key's current one is void (the key was replaced or purged since). A
-sidecar that does not decode counts as none, with a warning.
+sidecar that does not decode (bad JSON, the wrong shape, a message that does not decode, a
+newer or unknown format version) is derived data: it counts as none (reported once, so the
+store logs and counts it) and the next compare-and-set against version 0 replaces it.
 
 Reads are cached per path by the file's identity (inode, size, mtime): a rewrite renames a new
 file over the path, so an unchanged identity means unchanged content and a head read costs one
@@ -18,19 +20,19 @@ file over the path, so an unchanged identity means unchanged content and a head 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Final
 
 from storage.abilities import SummaryCheckpoint
 from storage.codec import decode, encode
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import ChatMessage
 from storage.stores.jsonl.fsutil import O_READ, write_atomic
 
-log = logging.getLogger(__package__)  # one logger for the whole store
+Unusable = Callable[[str, object, object], None]  # (what, where, detail): count and log it
 
 _FORMAT: Final = 1
 _MAX_CACHED: Final = 4096
@@ -73,7 +75,14 @@ def decode_checkpoint(data: bytes) -> SummaryCheckpoint:
             created_at=datetime.fromisoformat(raw["created_at"]),
             version=version,
         )
-    except (ValueError, KeyError, TypeError, AttributeError, CorruptRecordError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        CorruptRecordError,
+        SchemaVersionError,
+    ) as exc:
         raise CorruptRecordError(f"cannot decode a summary checkpoint: {exc!r}") from exc
 
 
@@ -87,13 +96,15 @@ def write_checkpoint(path: str, checkpoint: SummaryCheckpoint) -> None:
 
 
 class CheckpointReader:
-    """Reads checkpoint sidecars, caching each decoded one by the file's identity."""
+    """Reads checkpoint sidecars, caching each decoded one by the file's identity; an
+    unreadable one is reported to ``unusable`` once per version of the file."""
 
-    __slots__ = ("_cache", "_lock")
+    __slots__ = ("_cache", "_lock", "_unusable")
 
-    def __init__(self) -> None:
+    def __init__(self, unusable: Unusable) -> None:
         self._cache: dict[str, tuple[tuple[int, int, int, int], SummaryCheckpoint | None]] = {}
         self._lock = threading.Lock()
+        self._unusable = unusable
 
     def read(self, path: str) -> SummaryCheckpoint | None:
         """The checkpoint at ``path`` (any epoch), or ``None`` (missing or undecodable).
@@ -124,7 +135,7 @@ class CheckpointReader:
         try:
             checkpoint = decode_checkpoint(data)
         except CorruptRecordError as exc:
-            log.warning("%s: ignored an unreadable summary checkpoint (%s)", path, exc)
+            self._unusable("checkpoint", path, exc)
             checkpoint = None
         with self._lock:
             if len(self._cache) >= _MAX_CACHED:

@@ -18,6 +18,12 @@ a batch only when all of its lines are there, so a batch is never half visible. 
 does not decode (a torn tail left by a crash, an edit) is skipped; the next writer ends a torn
 tail with :data:`TORN_MARK` (just a newline when it is a whole record that only lacked it).
 
+Format versions: the header's ``hdr`` and each message line's ``v`` (the codec's) are 1. A
+header or line of a newer version (written by a newer chatlayers) raises
+``SchemaVersionError`` wherever it is read (a line by every read that reaches it, the header
+by whole reads, heads and tails after a sequence number) and by the writer before it
+appends, so such a file is never misread nor written into.
+
 This module writes lines (:func:`format_batch`), parses them (fully, or only the head and id
 for the writer's duplicate check), splits a file or a buffer into lines, and keeps the valid
 ones in a forward pass (:func:`scan`).
@@ -34,7 +40,7 @@ from typing import Final, TypeVar
 import attrs
 
 from storage.abilities import ConversationRecord
-from storage.codec import decode, encode
+from storage.codec import check_format_version, decode, encode
 from storage.errors import CorruptRecordError
 from storage.message import ChatMessage, thaw
 
@@ -49,6 +55,7 @@ _TO: Final = b'"to":'
 _ID: Final = b'"v":1,"id":"'  # what codec.encode writes first; anything else takes the slow path
 TORN_MARK: Final = b" torn\n"  # ends a torn tail the next writer found: never valid JSON after it
 _HDR: Final = b'{"hdr":1,"epoch":"'
+_ANY_HDR: Final = b'{"hdr":'
 _REC: Final = b'"rec":1,'
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -67,12 +74,31 @@ def format_header(epoch: str) -> bytes:
 
 
 def parse_header(line: bytes) -> str | None:
-    """The epoch of a header line (without its newline), or ``None``."""
+    """The epoch of a header line (without its newline), or ``None``.
+
+    Raises:
+        SchemaVersionError: a header of a newer format version.
+    """
     if line.startswith(_HDR) and line.endswith(b'"}'):
         epoch = line[len(_HDR) : -2]
         if epoch and epoch.isalnum() and epoch.isascii():
             return epoch.decode("ascii")
+    if line.startswith(_ANY_HDR):
+        check_header(line)
     return None
+
+
+def check_header(line: bytes) -> None:
+    """Refuse a header (a first line starting ``{"hdr":``) of a newer format version.
+
+    Raises:
+        SchemaVersionError: its ``hdr`` is a number above 1.
+    """
+    try:
+        version = json.loads(line).get("hdr")
+    except (ValueError, AttributeError, RecursionError):
+        return  # not a header: an unreadable line, skipped like any other
+    check_format_version(version, "a JSONL file's header")
 
 
 def fallback_epoch(seq: int) -> str:
@@ -175,9 +201,13 @@ def _quick_id(line: bytes, start: int) -> str | None:
             except UnicodeDecodeError:
                 return None
     try:
-        value = json.loads(line).get("id")
-    except (ValueError, AttributeError):
+        raw = json.loads(line)
+        value = raw.get("id")
+    except (ValueError, AttributeError, RecursionError):
         return None
+    version = raw.get("v")
+    if version != 1:
+        check_format_version(version, "a JSONL line")  # never append after a newer line
     return value if isinstance(value, str) else None
 
 
@@ -303,8 +333,8 @@ def scan(
     entries = out.entries
     for offset, line, terminated in lines:
         out.last_line_at = offset
-        if not offset and terminated and line.startswith(_HDR):
-            out.header = parse_header(line)
+        if not offset and terminated and line.startswith(_ANY_HDR):
+            out.header = parse_header(line)  # a newer header raises
             if out.header is not None:
                 out.last_valid_end = len(line) + 1
                 continue

@@ -6,6 +6,8 @@ other than by appending), fsyncs it, renames it over the old one and fsyncs the 
 the key's checkpoint is removed after the rename (a crash between leaves a checkpoint of the
 old epoch, which is void). Readers see the old file or the new one. Lines kept are copied
 byte for byte without their batch marks (the rename makes the new file atomic as a whole).
+Whatever removes messages keeps the session's last activity (``sessions.keep_activity``), and
+a purge removes tool groups whole (:func:`storage.history.whole_tool_groups`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from storage.history import whole_tool_groups
 from storage.message import ChatMessage
 from storage.stores.jsonl.fsutil import fsync_dir, listdir, unlink, write_atomic
 from storage.stores.jsonl.lines import (
@@ -27,7 +30,8 @@ from storage.stores.jsonl.lines import (
 )
 from storage.stores.jsonl.lines import scan as scan_lines
 from storage.stores.jsonl.locks import read_counter, reserve
-from storage.stores.jsonl.names import SUMMARY_NAME, Paths, is_key_file
+from storage.stores.jsonl.names import Paths, is_key_file
+from storage.stores.jsonl.sessions import activity_before, keep_activity
 from storage.stores.jsonl.tree import remove_session
 from storage.stores.jsonl.writer import new_epoch
 
@@ -70,9 +74,11 @@ def rewrite(paths: Paths, lines: list[bytes]) -> None:
     Raises:
         OSError: the file cannot be written.
     """
+    active = activity_before(paths.session_dir, os.path.basename(paths.data))
     write_atomic(paths.data, format_header(new_epoch()) + b"".join(lines))
     fsync_dir(paths.session_dir)
     unlink(paths.ckpt)
+    keep_activity(paths.session_dir, active)
 
 
 def remove_key(paths: Paths, lock_fd: int | None, *, keep_lease: bool = False) -> None:
@@ -85,16 +91,18 @@ def remove_key(paths: Paths, lock_fd: int | None, *, keep_lease: bool = False) -
     """
     agent = paths.agent_name
     names = listdir(paths.session_dir)
+    active = activity_before(paths.session_dir, os.path.basename(paths.data)) if names else 0
     for name in names:
         if is_key_file(name, agent) and not (keep_lease and name == os.path.basename(paths.lease)):
             unlink(os.path.join(paths.session_dir, name))
-    unlink(os.path.join(paths.session_dir, SUMMARY_NAME))  # lists the key (a cache)
     # Every file of a key is named without a leading dot; the lock, the summary and temporary
     # files have one.
     left = [n for n in listdir(paths.session_dir) if not n.startswith(".")]
     if not left:
         # Writers create files only under the flock, so none can appear now.
         remove_session(paths.session_dir, held_lock=lock_fd is not None)
+    elif lock_fd is not None:
+        keep_activity(paths.session_dir, active)  # the summary no longer lists the key
 
 
 def replace_file(paths: Paths, lock_fd: int, messages: list[ChatMessage]) -> None:
@@ -124,12 +132,17 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
         OSError: the file cannot be written.
     """
     data, found = read_whole(paths.data)
+    messages: list[ChatMessage] = [
+        item for _, _, item in found.entries if type(item) is ChatMessage
+    ]
+    old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]
+    if not any(old):
+        return 0
+    drop, _ = whole_tool_groups(messages, old)  # tool groups go whole
+    doomed = {id(m) for m, gone in zip(messages, drop, strict=True) if gone}
 
     def keep(item: Item) -> bool:
-        if type(item) is not ChatMessage:
-            return True
-        assert item.created_at is not None
-        return to_us(item.created_at) >= cutoff_us
+        return id(item) not in doomed
 
     lines, dropped = kept_lines(data, found, keep)
     if not dropped:

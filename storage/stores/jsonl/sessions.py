@@ -4,7 +4,8 @@ Each session directory may hold ``.summary``: for each data file, what a scan of
 to some offset (message count, oldest and newest ``created_at``) and the file's identity
 there (device, inode, the bytes just before that offset)::
 
-    {"v":1,"files":{"a.jsonl":[dev,ino,size,end,"<hex: bytes before end>",count,min_us,max_us]}}
+    {"v":1,"files":{"a.jsonl":[dev,ino,size,end,"<hex: bytes before end>",count,min_us,max_us]},
+     "active":1718000000000000}
 
 Writers never touch it, so saves cost nothing more. A reader checks each entry against the
 file (its ``stat``: an append-only file of unchanged inode and size is unchanged; else one
@@ -13,8 +14,15 @@ cheaply, heads and times only, never decoded into messages); any mismatch (a rew
 deletion, a truncation) rescans that file. Listing a user's sessions therefore costs a
 directory walk of the user's sessions, a ``stat`` and a small read per conversation, and a
 scan of what was appended since the last listing. The summary is written back atomically
-(temporary file, rename) under the session's flock, taken without waiting; a deleter
-removes it under the same flock.
+(temporary file, rename) under the session's flock, taken without waiting.
+
+``active`` is the one thing the files cannot tell: the session's last activity, the order of
+``list_sessions``, kept when a conversation of the session is deleted or rewritten
+(``replace``, a purge) so that removing messages never lowers it (a session never moves
+behind a listing cursor that passed it). Whoever removes messages records it under the
+session's flock (:func:`activity_before`, :func:`keep_activity`); it is forgotten when the
+session holds no message. A summary that is lost or unreadable only costs a rescan (and the
+order falls back to the newest message).
 """
 
 from __future__ import annotations
@@ -82,21 +90,41 @@ class FileSummary:
             return None
 
 
-def read_summary(session_dir: str) -> dict[str, FileSummary]:
-    """The cached entries of a session (``{}`` when missing or unreadable)."""
+@attrs.frozen(slots=True)
+class SessionSummary:
+    """A session's file summaries and its recorded last activity (µs; 0: none recorded)."""
+
+    files: dict[str, FileSummary] = attrs.Factory(dict)
+    active: int = 0
+
+    @property
+    def count(self) -> int:
+        """Messages in the session's files."""
+        return sum(entry.count for entry in self.files.values())
+
+    @property
+    def last_us(self) -> int:
+        """The session's last activity: the recorded one or its newest message's time."""
+        newest = max((e.max_us for e in self.files.values() if e.count), default=0)
+        return max(newest, self.active)
+
+
+def read_summary(session_dir: str) -> SessionSummary:
+    """The cached summary of a session (empty when missing or unreadable: a rescan)."""
     try:
         with open(os.path.join(session_dir, SUMMARY_NAME), "rb") as f:
             raw = json.loads(f.read())
         if raw.get("v") != _FORMAT or not isinstance(raw.get("files"), dict):
-            return {}
-    except (OSError, ValueError, AttributeError):
-        return {}
+            return SessionSummary()
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return SessionSummary()
     out = {}
     for name, row in raw["files"].items():
         entry = FileSummary.from_row(row)
         if entry is not None and isinstance(name, str):
             out[name] = entry
-    return out
+    active = raw.get("active")
+    return SessionSummary(out, active if type(active) is int and active > 0 else 0)
 
 
 def summarize_file(
@@ -147,9 +175,9 @@ def summarize_file(
         os.close(fd)
 
 
-def summarize_session(session_dir: str) -> tuple[dict[str, FileSummary], bool]:
-    """The summary of every data file of a session and whether it differs from the cached
-    one.
+def summarize_session(session_dir: str) -> tuple[SessionSummary, bool]:
+    """The summary of every data file of a session (and its recorded activity) and whether
+    it differs from the cached one.
 
     Raises:
         OSError: a file exists but cannot be read.
@@ -157,10 +185,38 @@ def summarize_session(session_dir: str) -> tuple[dict[str, FileSummary], bool]:
     cached = read_summary(session_dir)
     out: dict[str, FileSummary] = {}
     for name, path, listed in data_files(session_dir):
-        entry = summarize_file(path, cached.get(name), listed)
+        entry = summarize_file(path, cached.files.get(name), listed)
         if entry is not None:
             out[name] = entry
-    return out, out != cached
+    return SessionSummary(out, cached.active), out != cached.files
+
+
+def activity_before(session_dir: str, name: str) -> int:
+    """The session's last activity before its data file ``name`` loses messages (under the
+    session's flock): the recorded one or that file's newest message, whichever is later.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    cached = read_summary(session_dir)
+    entry = summarize_file(os.path.join(session_dir, name), cached.files.get(name))
+    newest = entry.max_us if entry is not None and entry.count else 0
+    return max(cached.active, newest)
+
+
+def keep_activity(session_dir: str, active: int) -> None:
+    """After a conversation of the session lost messages (under the session's flock): record
+    ``active`` as its last activity, or forget it when the session holds no message.
+
+    Raises:
+        OSError: a file exists but cannot be read, or the summary cannot be written.
+    """
+    summary, _ = summarize_session(session_dir)
+    newest = max((e.max_us for e in summary.files.values() if e.count), default=0)
+    needed = active if summary.count and active > newest else 0
+    if not needed and not os.path.exists(os.path.join(session_dir, SUMMARY_NAME)):
+        return  # the files tell it all: no summary needed
+    _write(session_dir, SessionSummary(summary.files, needed))
 
 
 def data_files(session_dir: str) -> list[tuple[str, str, tuple[int, int, int]]]:
@@ -181,7 +237,7 @@ def data_files(session_dir: str) -> list[tuple[str, str, tuple[int, int, int]]]:
     return out
 
 
-def store_summary(paths: Paths, summary: dict[str, FileSummary]) -> None:
+def store_summary(paths: Paths, summary: SessionSummary) -> None:
     """Write the session's summary back if its flock is free (a cache: skipped otherwise),
     keeping only entries whose file is still the one summarized.
 
@@ -192,17 +248,28 @@ def store_summary(paths: Paths, summary: dict[str, FileSummary]) -> None:
         with flock(paths, make_dirs=False, blocking=False) as lock_fd:
             if lock_fd is None:
                 return  # the session was deleted
-            rows = {}
-            for name, entry in summary.items():
-                try:
-                    st = os.stat(os.path.join(paths.session_dir, name), follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if (st.st_dev, st.st_ino) == (entry.dev, entry.ino) and st.st_size >= entry.end:
-                    rows[name] = entry.row()
-            body = json.dumps({"v": _FORMAT, "files": rows}, separators=(",", ":"))
-            write_atomic(
-                os.path.join(paths.session_dir, SUMMARY_NAME), body.encode("ascii"), sync=False
+            # The activity recorded now, not the one read before the flock: a deleter may
+            # have recorded a later one since.
+            _write(
+                paths.session_dir,
+                SessionSummary(summary.files, read_summary(paths.session_dir).active),
             )
     except WouldBlock:
         return
+
+
+def _write(session_dir: str, summary: SessionSummary) -> None:
+    """Write the summary (the caller holds the session's flock)."""
+    rows = {}
+    for name, entry in summary.files.items():
+        try:
+            st = os.stat(os.path.join(session_dir, name), follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if (st.st_dev, st.st_ino) == (entry.dev, entry.ino) and st.st_size >= entry.end:
+            rows[name] = entry.row()
+    body: dict[str, object] = {"v": _FORMAT, "files": rows}
+    if summary.active:
+        body["active"] = summary.active
+    text = json.dumps(body, separators=(",", ":"))
+    write_atomic(os.path.join(session_dir, SUMMARY_NAME), text.encode("ascii"), sync=False)

@@ -177,7 +177,7 @@ class JsonlChatStorage(BaseStore):
         self._cache = LineCache(cache_bytes)
         self._writer = Writer(fsync, fsync_interval, max_cached_keys)
         self._locks = SessionLocks()
-        self._checkpoints = CheckpointReader()
+        self._checkpoints = CheckpointReader(self._derived_unusable)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -582,6 +582,8 @@ class JsonlChatStorage(BaseStore):
         self, user_id: str, *, limit: int = 50, cursor: str | None = None
     ) -> SessionPage:
         """The user's sessions, newest ``last_at`` first, ties by ``session_id`` ascending.
+        ``last_at`` is the session's last activity: deleting or rewriting a conversation of
+        it does not lower it (kept in the session's ``.summary``).
 
         Cost: a walk of the user's session directories (every page walks them all: O(the
         user's sessions)), a ``stat`` and a small read per conversation, and a scan of the
@@ -620,7 +622,7 @@ class JsonlChatStorage(BaseStore):
             if changed:
                 store_summary(session_paths(user_dir, session_dir), summary)
             agents, count, lo, hi = [], 0, 0, 0
-            for file_name, entry in summary.items():
+            for file_name, entry in summary.files.items():
                 if not entry.count:
                     continue
                 agent = agent_of(session_dir, file_name)
@@ -630,9 +632,11 @@ class JsonlChatStorage(BaseStore):
                 lo = entry.min_us if not count else min(lo, entry.min_us)
                 hi = entry.max_us if not count else max(hi, entry.max_us)
                 count += entry.count
-            session_id = session_of(session_dir, list(summary)) if count else None
+            session_id = session_of(session_dir, list(summary.files)) if count else None
             if session_id is not None:
                 agents.sort()
+                # The last activity: deleting a conversation of the session does not lower it.
+                hi = max(hi, summary.active)
                 out.append(SessionInfo(session_id, tuple(agents), count, from_us(lo), from_us(hi)))
         return out
 
@@ -759,7 +763,7 @@ class JsonlChatStorage(BaseStore):
         removed = 0
         for user_dir, session_dir, _ in all_sessions(self.root):
             summary, changed = summarize_session(session_dir)
-            old = [n for n, e in summary.items() if e.count and e.min_us < cutoff_us]
+            old = [n for n, e in summary.files.items() if e.count and e.min_us < cutoff_us]
             paths = session_paths(user_dir, session_dir)
             if not old:
                 if changed:

@@ -6,6 +6,11 @@ under the key's row lock (the lock every writer of the key takes): the epoch, ``
 and the current version are read after the lock is granted, so two workers can never both
 win. A lease is a row of ``<table>_leases`` with an expiry: taken by one conditional upsert,
 lost by a worker that dies holding it once the ttl has passed.
+
+A checkpoint row whose record does not decode (bad JSON, the wrong shape, a message that
+does not decode, another format version) is derived data: ``load_checkpoint`` logs it once,
+counts it in ``corrupt_derived`` and returns ``None``, while the head still reports its
+version, so the next compare-and-set replaces it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import attrs
 
 from storage.abilities import SummaryCheckpoint
 from storage.codec import decode, encode
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import ChatKey
 from storage.stores.base import check_key
 from storage.stores.checks import check_checkpoint, check_expected_version, check_lease
@@ -27,9 +32,16 @@ from storage.stores.postgres.text import escape_column, key_args
 __all__ = ["CheckpointMixin"]
 
 
+_FORMAT = 1  # the record's "v" (records written before it had none: version 1)
+
+
 def _encode_checkpoint(checkpoint: SummaryCheckpoint) -> str:
     return json.dumps(
-        {"summarizer": checkpoint.summarizer, "messages": [encode(m) for m in checkpoint.messages]},
+        {
+            "v": _FORMAT,
+            "summarizer": checkpoint.summarizer,
+            "messages": [encode(m) for m in checkpoint.messages],
+        },
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -38,11 +50,24 @@ def _encode_checkpoint(checkpoint: SummaryCheckpoint) -> str:
 def _decode_checkpoint(
     version: int, epoch: str, covers_to: int, created_at: datetime, record: str
 ) -> SummaryCheckpoint:
+    """Raises: CorruptRecordError: not a checkpoint record this store wrote."""
     try:
         data = json.loads(record)
+        if data.get("v", _FORMAT) != _FORMAT:
+            raise ValueError(f"unknown checkpoint format {data.get('v')!r}")
         summarizer = data["summarizer"]
+        if not isinstance(summarizer, str) or not isinstance(data["messages"], list):
+            raise TypeError("bad field types")
         messages = tuple(decode(text) for text in data["messages"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        CorruptRecordError,
+        SchemaVersionError,
+    ) as exc:
         raise CorruptRecordError(f"cannot decode stored checkpoint: {exc!r}") from exc
     return SummaryCheckpoint(
         messages,
@@ -63,14 +88,17 @@ class CheckpointMixin(PostgresCore):
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
             StorageUnavailableError: the server cannot be reached (password redacted).
-            CorruptRecordError: the stored checkpoint cannot be decoded.
         """
         args = key_args(check_key(key))
         pool = self._pool or await self._get_pool()
         row = await pool.fetchrow(self._sql.load_checkpoint, *args)
         if row is None:
             return None
-        return _decode_checkpoint(*row)
+        try:
+            return _decode_checkpoint(*row)
+        except CorruptRecordError as exc:
+            self._derived_unusable("checkpoint", key, exc)
+            return None
 
     async def save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int

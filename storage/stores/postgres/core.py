@@ -261,12 +261,16 @@ class PostgresCore(BaseStore):
         expected: str | None = None,
         replace: bool = False,
     ) -> list[ChatMessage]:
-        """One call of ``<table>_save``; the messages newly stored, in order."""
+        """One call of ``<table>_save``; the messages newly stored, in order.
+
+        A replace keeps the session's last activity. When the key's row has fallen behind its
+        messages (its numbers collide with stored ones: a damaged or lost row), the row is
+        rebuilt from them and the write runs again.
+        """
         user, session, agent = key_args(key)
         pool = self._pool or await self._get_pool()
         ids = [escape_column(m.id) for m in batch]
-        stored: list[str] = await pool.fetchval(
-            self._sql.save,
+        args = (
             user,
             session,
             agent,
@@ -277,6 +281,19 @@ class PostgresCore(BaseStore):
             expected,
             replace,
         )
+        for attempt in range(2):
+            try:
+                if replace:
+                    stored: list[str] = await self._keeping_activity(
+                        user, session, self._sql.save, *args
+                    )
+                else:
+                    stored = await pool.fetchval(self._sql.save, *args)
+                break
+            except self._driver.UniqueViolationError as exc:
+                if attempt or exc.constraint_name != self.table + "_by_key":
+                    raise
+                await self._repair_key(key, "its last sequence number fell behind its messages")
         if self.retention is not None and not replace:
             await self._purge_if_due(pool)
         if len(stored) == len(batch):
@@ -295,8 +312,23 @@ class PostgresCore(BaseStore):
         await self._purge_before(pool, now - timedelta(seconds=self.retention))
 
     async def _purge_before(self, pool: asyncpg.Pool, before: datetime) -> int:
-        deleted = await pool.fetchval(self._sql.purge, before)
-        return int(deleted or 0)
+        """Delete the messages created before ``before`` (:mod:`.retention`)."""
+        raise NotImplementedError
+
+    async def _repair_key(self, key: ChatKey, why: str) -> None:
+        """Rebuild a key's row from its messages (:mod:`.derived`)."""
+        raise NotImplementedError
+
+    async def _keeping_activity(self, user: str, session: str, statement: str, *args: Any) -> Any:
+        """Run ``statement`` (a write that removes messages of the session) in a transaction
+        that keeps the session's last activity: it never moves behind a listing cursor."""
+        pool = self._pool or await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            before = await conn.fetchval(self._sql.session_last, user, session)
+            result = await conn.fetchval(statement, *args)
+            if before is not None:
+                await conn.execute(self._sql.keep_last, user, session, before)
+        return result
 
     # --- ChatStorage hooks -----------------------------------------------------------------
 
@@ -328,8 +360,8 @@ class PostgresCore(BaseStore):
         return out
 
     async def _delete(self, key: ChatKey) -> None:
-        pool = self._pool or await self._get_pool()
-        await pool.execute(self._sql.delete, *key_args(key))
+        args = key_args(key)
+        await self._keeping_activity(args[0], args[1], self._sql.delete, *args)
 
     async def _delete_user(self, user_id: str) -> None:
         pool = self._pool or await self._get_pool()

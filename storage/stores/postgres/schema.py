@@ -10,6 +10,12 @@ Version 1 (chatlayers 0.1): one messages table, a global ``bigserial`` sequence.
 Version 2: per-key sequence numbers (``key_seq``) assigned under the key's row lock in
 ``<table>_keys``, per-session summaries, checkpoints, leases, records, a full-text index, and
 the server-side functions of the write path (:mod:`.functions`).
+
+The ``search`` column's comment names how its words are made (:data:`SEARCH_WORDS`). A
+database whose words were made the older way (before words reached the parser whole,
+:func:`storage.stores.postgres.text.search_term`) has the rows that can differ re-indexed once
+on open, under the same advisory lock; the schema version does not change (older releases
+still read the database).
 """
 
 from __future__ import annotations
@@ -31,7 +37,12 @@ if TYPE_CHECKING:
 else:
     Connection = Any
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "read_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SEARCH_WORDS", "migrate", "read_version"]
+
+SEARCH_WORDS: Final = "chatlayers search words 2"
+# Records whose words may be encoded (a word with "_", a non-ASCII letter, "qz" or over 200
+# characters): only those can have been indexed differently before.
+_MAY_DIFFER: Final = r"_|[^\x01-\x7f]|[qQ][zZ]|[[:alnum:]]{201,}"
 
 _V1: Final = (
     """CREATE TABLE IF NOT EXISTS {t} (
@@ -124,14 +135,15 @@ _V2: Final = (
 )
 
 
-async def _backfill_search(conn: Connection, names: Names) -> None:
+async def _backfill_search(conn: Connection, names: Names, where: str = "") -> None:
     """v2: index the text of messages stored by v1 (decoded here: the record is JSON text
-    that ``jsonb`` cannot always read, and the indexed words are chatlayers' own)."""
+    that ``jsonb`` cannot always read, and the indexed words are chatlayers' own); with
+    ``where``, re-index the rows it selects."""
     t = names.messages
     last = 0
     while True:
         rows = await conn.fetch(
-            f"SELECT seq, record FROM {t} WHERE seq > $1 ORDER BY seq LIMIT 1000", last
+            f"SELECT seq, record FROM {t} WHERE seq > $1 {where} ORDER BY seq LIMIT 1000", last
         )
         if not rows:
             return
@@ -177,9 +189,24 @@ def _refuse_newer(version: int, names: Names, known: int) -> None:
         )
 
 
+async def _words_current(conn: Connection, names: Names) -> bool:
+    """Whether the ``search`` column's words are made as this release makes them."""
+    comment = await conn.fetchval(
+        "SELECT col_description(a.attrelid, a.attnum) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass($1) AND a.attname = 'search'",
+        names.messages,
+    )
+    return bool(comment == SEARCH_WORDS)
+
+
+async def _mark_words(conn: Connection, names: Names) -> None:
+    await conn.execute(f"COMMENT ON COLUMN {names.messages}.search IS '{SEARCH_WORDS}'")
+
+
 async def migrate(conn: Connection, names: Names) -> None:
-    """Create the schema or bring it to :data:`SCHEMA_VERSION`, under an advisory lock (one
-    migrator at a time across processes; the others wait, then find it done).
+    """Create the schema or bring it to :data:`SCHEMA_VERSION` (and its search words to
+    :data:`SEARCH_WORDS`), under an advisory lock (one migrator at a time across processes;
+    the others wait, then find it done).
 
     Raises:
         SchemaVersionError: the database was written by a newer chatlayers (nothing written).
@@ -189,7 +216,7 @@ async def migrate(conn: Connection, names: Names) -> None:
     version = await read_version(conn, names)
     if version is not None:
         _refuse_newer(version, names, known)
-        if version == known:
+        if version == known and await _words_current(conn, names):
             return
     template = names.template()
     async with conn.transaction():
@@ -204,11 +231,17 @@ async def migrate(conn: Connection, names: Names) -> None:
         version = await read_version(conn, names) or 0
         _refuse_newer(version, names, known)
         if version == known:
+            if await _words_current(conn, names):
+                return
+            # Words made by an older release: the rows that can differ, made again.
+            await _backfill_search(conn, names, f"AND record ~ '{_MAY_DIFFER}'")
+            await _mark_words(conn, names)
             return
         for statements, python_step in steps[version:]:
             for statement in statements:
                 await conn.execute(statement.format(**template))
             if python_step is not None:
                 await python_step(conn, names)
+        await _mark_words(conn, names)  # every row's words were made by this release
         await conn.execute(f"DELETE FROM {table}")
         await conn.execute(f"INSERT INTO {table} (version) VALUES ($1)", known)

@@ -38,6 +38,10 @@ class SequencedMixin(PostgresCore):
         pool = self._pool or await self._get_pool()
         row = await pool.fetchrow(self._sql.head, *args)
         assert row is not None
+        if row[0] and not row[1]:  # messages, but their key's row is lost: rebuild it
+            await self._repair_key(key, "its key row is missing")
+            row = await pool.fetchrow(self._sql.head, *args)
+            assert row is not None
         return _head(row[0], row[1], row[2])
 
     async def fetch_since(self, key: ChatKey, after: int) -> Tail:
@@ -53,14 +57,20 @@ class SequencedMixin(PostgresCore):
         args = key_args(check_key(key))
         after = check_after(after)
         pool = self._pool or await self._get_pool()
-        rows = await pool.fetch(self._sql.fetch_since, *args, after)
-        head = _EMPTY
-        found: list[tuple[int, str]] = []
-        for seq, record, last_seq, epoch, version in rows:
-            if seq is None:
-                head = _head(last_seq, epoch, version)
-            else:
-                found.append((seq, record))
+        for attempt in range(2):
+            rows = await pool.fetch(self._sql.fetch_since, *args, after)
+            head = _EMPTY
+            found: list[tuple[int, str]] = []
+            lost = False
+            for seq, record, last_seq, epoch, version in rows:
+                if seq is None:
+                    head = _head(last_seq, epoch, version)
+                    lost = bool(last_seq) and not epoch
+                else:
+                    found.append((seq, record))
+            if not lost or attempt:
+                break
+            await self._repair_key(key, "its key row is missing")
         found.sort(key=lambda row: row[0])  # in index order already: O(n)
         return Tail(
             head,

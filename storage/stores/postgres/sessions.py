@@ -3,7 +3,13 @@
 One summary row per session (agents, message count, first and last ``created_at``), kept by
 the write functions in the same transaction as the messages, and read through the index
 ``(user_id, last_at DESC, session_id)``: a page costs the same whatever the number of
-messages, and the keyset cursor (``last_at <= cursor's``) is an index range.
+messages, and the keyset cursor (``last_at <= cursor's``) is an index range. ``last_at`` is
+the session's last activity: deleting some of its messages keeps it (``core``), so a session
+never moves behind a cursor that passed it.
+
+Each page first checks the user's session rows against the key rows (how many sessions and
+messages: the user's rows of two primary keys); when they disagree, both are rebuilt from
+the messages (:mod:`.derived`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Final
 from storage.abilities import SessionInfo, SessionPage, encode_session_cursor
 from storage.message import check_key_part
 from storage.stores.checks import check_cursor, check_page_limit
-from storage.stores.postgres.core import PostgresCore
+from storage.stores.postgres.derived import DerivedMixin
 from storage.stores.postgres.text import utf8_part
 
 __all__ = ["SessionsMixin"]
@@ -22,7 +28,7 @@ __all__ = ["SessionsMixin"]
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class SessionsMixin(PostgresCore):
+class SessionsMixin(DerivedMixin):
     """Session listing from the per-session summary table."""
 
     async def list_sessions(
@@ -41,6 +47,8 @@ class SessionsMixin(PostgresCore):
         limit = check_page_limit(limit)
         after = check_cursor(cursor)
         pool = self._pool or await self._get_pool()
+        if not await self._sessions_consistent(user):
+            await self._rebuild_user(user)
         if after is None:
             rows = await pool.fetch(self._sql.list_sessions, user, limit + 1)
         else:

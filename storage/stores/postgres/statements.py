@@ -37,6 +37,25 @@ class Statements:
     fetch_records: str
     fetch_records_of_kind: str
     purge: str
+    # Retention, tool groups whole (``retention``).
+    purge_keys: str
+    last_old: str
+    purge_rows: str
+    purge_more: str
+    purge_delete: str
+    drop_checkpoint: str
+    recount_key: str
+    drop_empty_key: str
+    refresh: str
+    # A session's last activity kept across deletes (``core``).
+    session_last: str
+    keep_last: str
+    # Derived rows rebuilt from the messages (``derived``).
+    repair_key: str
+    sessions_check: str
+    rebuild_user_keys: str
+    empty_user_keys: str
+    refresh_user: str
 
     @classmethod
     def build(cls, names: Names) -> Statements:
@@ -139,4 +158,84 @@ class Statements:
                 f"WHERE {_KEY} AND kind = $4 ORDER BY key_seq"
             ),
             purge=f"SELECT {n['f_purge']}($1)",
+            purge_keys=(
+                f"SELECT DISTINCT user_id, session_id, agent_id FROM {t} WHERE created_at < $1 "
+                "ORDER BY user_id, session_id, agent_id"
+            ),
+            last_old=f"SELECT max(key_seq) FROM {t} WHERE {_KEY} AND created_at < $4",
+            purge_rows=(
+                f"SELECT key_seq, created_at, record FROM {t} WHERE {_KEY} AND key_seq <= $4 "
+                "ORDER BY key_seq"
+            ),
+            purge_more=(
+                f"SELECT key_seq, record FROM {t} WHERE {_KEY} AND key_seq > $4 "
+                "ORDER BY key_seq LIMIT $5"
+            ),
+            purge_delete=f"DELETE FROM {t} WHERE {_KEY} AND key_seq = ANY($4::bigint[])",
+            drop_checkpoint=f"DELETE FROM {cp} WHERE {_KEY}",
+            recount_key=(
+                f"UPDATE {keys} k SET epoch = gen_random_uuid()::text, "
+                "(message_count, first_at, last_at) = (SELECT count(*), min(created_at), "
+                f"max(created_at) FROM {t} m WHERE m.user_id = $1 AND m.session_id = $2 "
+                "AND m.agent_id = $3) WHERE k.user_id = $1 AND k.session_id = $2 "
+                "AND k.agent_id = $3"
+            ),
+            drop_empty_key=(
+                f"DELETE FROM {keys} k WHERE {_KEY} AND k.message_count = 0 AND NOT EXISTS "
+                f"(SELECT 1 FROM {n['records']} r WHERE r.user_id = $1 AND r.session_id = $2 "
+                "AND r.agent_id = $3)"
+            ),
+            refresh=f"SELECT {n['f_refresh']}($1, $2)",
+            session_last=(
+                f"SELECT last_at FROM {n['sessions']} WHERE user_id = $1 AND session_id = $2"
+            ),
+            keep_last=(
+                f"UPDATE {n['sessions']} SET last_at = greatest(last_at, $3) "
+                "WHERE user_id = $1 AND session_id = $2"
+            ),
+            repair_key=(
+                f"INSERT INTO {keys} AS k (user_id, session_id, agent_id, last_seq, epoch, "
+                "message_count, first_at, last_at) "
+                f"SELECT $1, $2, $3, greatest((SELECT coalesce(max(key_seq), 0) FROM {t} "
+                f"WHERE {_KEY}), (SELECT coalesce(max(key_seq), 0) FROM {n['records']} "
+                f"WHERE {_KEY})), gen_random_uuid()::text, count(*), min(created_at), "
+                f"max(created_at) FROM {t} WHERE {_KEY} "
+                "ON CONFLICT (user_id, session_id, agent_id) DO UPDATE SET "
+                "last_seq = greatest(k.last_seq, excluded.last_seq), epoch = excluded.epoch, "
+                "message_count = excluded.message_count, first_at = excluded.first_at, "
+                "last_at = excluded.last_at"
+            ),
+            sessions_check=(
+                f"SELECT (SELECT count(*) FROM {n['sessions']} WHERE user_id = $1) = "
+                f"(SELECT count(DISTINCT session_id) FROM {keys} WHERE user_id = $1 "
+                "AND message_count > 0) "
+                f"AND (SELECT coalesce(sum(message_count), 0) FROM {n['sessions']} "
+                "WHERE user_id = $1) = "
+                f"(SELECT coalesce(sum(message_count), 0) FROM {keys} WHERE user_id = $1)"
+            ),
+            rebuild_user_keys=(
+                "WITH m AS (SELECT session_id, agent_id, max(key_seq) AS top, count(*) AS n, "
+                f"min(created_at) AS f, max(created_at) AS l FROM {t} WHERE user_id = $1 "
+                "GROUP BY session_id, agent_id) "
+                f"INSERT INTO {keys} AS k (user_id, session_id, agent_id, last_seq, epoch, "
+                "message_count, first_at, last_at) "
+                "SELECT $1, session_id, agent_id, top, gen_random_uuid()::text, n, f, l FROM m "
+                "ON CONFLICT (user_id, session_id, agent_id) DO UPDATE SET "
+                "last_seq = greatest(k.last_seq, excluded.last_seq), "
+                "epoch = CASE WHEN (k.message_count, k.first_at, k.last_at) IS NOT DISTINCT FROM "
+                "(excluded.message_count, excluded.first_at, excluded.last_at) THEN k.epoch "
+                "ELSE excluded.epoch END, message_count = excluded.message_count, "
+                "first_at = excluded.first_at, last_at = excluded.last_at"
+            ),
+            empty_user_keys=(
+                f"UPDATE {keys} k SET message_count = 0, first_at = NULL, last_at = NULL, "
+                "epoch = gen_random_uuid()::text WHERE k.user_id = $1 AND k.message_count <> 0 "
+                f"AND NOT EXISTS (SELECT 1 FROM {t} m WHERE m.user_id = k.user_id "
+                "AND m.session_id = k.session_id AND m.agent_id = k.agent_id)"
+            ),
+            refresh_user=(
+                f"SELECT {n['f_refresh']}($1, s.session_id) FROM (SELECT session_id "
+                f'COLLATE "C" AS session_id FROM {keys} WHERE user_id = $1 UNION '
+                f"SELECT session_id FROM {n['sessions']} WHERE user_id = $1) AS s"
+            ),
         )

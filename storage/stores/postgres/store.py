@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from storage.stores.postgres.checkpoints import CheckpointMixin
+from storage.stores.postgres.derived import DerivedMixin
 from storage.stores.postgres.erasure import ErasureMixin
 from storage.stores.postgres.records import RecordsMixin
 from storage.stores.postgres.replace import ReplaceMixin
@@ -23,6 +24,7 @@ class PostgresChatStorage(
     RecordsMixin,
     RetentionMixin,
     ErasureMixin,
+    DerivedMixin,
 ):
     """Conversations in PostgreSQL (asyncpg pool); every optional ability of
     ``storage.abilities``. Arguments: see :class:`~storage.stores.postgres.core.PostgresCore`

@@ -5,20 +5,50 @@ lease owners can, so they are escaped (``\\0``, and ``\\`` as ``\\\\``) in their
 JSON records escape NUL as ``\\u0000`` themselves. The searchable words are chatlayers' own
 normalized words (:func:`storage.search.tokenize`): case- and accent-insensitive like every
 other store's search, and never holding NUL.
+
+PostgreSQL's text-search parser would split some of those words again (``my_api_key`` into
+``my``, ``api``, ``key``; a non-ASCII word by the server's locale), so every store would not
+match alike. Each word therefore reaches the parser as one run of ASCII letters and digits,
+which it keeps whole and unchanged (:func:`search_term`): a word already like that as is,
+any other as ``qz`` and the hex of its UTF-8 (``qz`` + a SHA-256 for a very long one); the
+query's words are encoded the same way. Plain words never start with ``qz``, so the encoding
+is injective: a word matches exactly the same word, on every store.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Final
 
 from storage.errors import InvalidKeyError
 from storage.message import ChatKey, ChatMessage
 from storage.search import message_search_text, tokenize
 
-__all__ = ["MAX_SEARCH_CHARS", "escape_column", "key_args", "search_words", "utf8_part"]
+__all__ = [
+    "MAX_SEARCH_CHARS",
+    "escape_column",
+    "key_args",
+    "search_term",
+    "search_words",
+    "utf8_part",
+]
 
 # A tsvector holds at most 1 MB; the first 200,000 characters of words always fit.
 MAX_SEARCH_CHARS: Final = 200_000
+# Words the parser keeps whole: ASCII letters and digits, well below its 2,047-byte limit.
+_PLAIN: Final = re.compile(r"[a-z0-9]{1,200}")
+_HEX_BYTES: Final = 400  # longer words are hashed (a lexeme stays under 1 KB)
+
+
+def search_term(word: str) -> str:
+    """The lexeme a normalized word is indexed and searched as (see the module docstring)."""
+    if _PLAIN.fullmatch(word) and not word.startswith("qz"):
+        return word
+    data = word.encode("utf-8")
+    if len(data) <= _HEX_BYTES:
+        return "qz" + data.hex()
+    return "qzh" + hashlib.sha256(data).hexdigest()  # hex never holds "h": no clash
 
 
 def escape_column(value: str) -> str:
@@ -60,8 +90,9 @@ def key_args(key: ChatKey) -> tuple[str, str, str]:
 
 
 def search_words(message: ChatMessage) -> str:
-    """The message's searchable words, normalized, space-separated, bounded in length."""
-    words = " ".join(tokenize(message_search_text(message)))
+    """The message's searchable words (:func:`search_term`), space-separated, bounded in
+    length."""
+    words = " ".join(search_term(word) for word in tokenize(message_search_text(message)))
     if len(words) > MAX_SEARCH_CHARS:
         words = words[:MAX_SEARCH_CHARS].rpartition(" ")[0]
     return words

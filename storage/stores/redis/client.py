@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from storage.errors import ConfigError
+from storage.codec import FORMAT_VERSION
+from storage.errors import ConfigError, SchemaVersionError
 from storage.stores.base import require_asyncio
 from storage.stores.redis.scripts import Script
 
@@ -82,8 +83,18 @@ class ScriptClient:
     (redis-py itself would quietly reconnect).
     """
 
-    def __init__(self, redis: Any, url: str, *, cluster: bool, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        url: str,
+        *,
+        cluster: bool,
+        options: dict[str, Any],
+        format_key: str | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.format_key = format_key
+        self._format_checked = format_key is None
         self._no_script = redis.exceptions.NoScriptError
         if cluster:
             self.client: Redis | RedisCluster = redis.asyncio.cluster.RedisCluster.from_url(
@@ -112,7 +123,32 @@ class ScriptClient:
             async with self._init_lock:
                 if getattr(client, "_initialize", False):
                     await client.initialize()
+        if not self._format_checked:
+            await self._check_format(client)
         return client
+
+    async def _check_format(self, client: Redis | RedisCluster) -> None:
+        """Before the first command: the prefix's format version (``FORMAT_VERSION``, set
+        on first use), refused when a newer chatlayers wrote it, like a database's schema
+        version (nothing is written then)."""
+        key = self.format_key
+        assert key is not None
+        raw = await client.get(key)
+        if raw is None:
+            await client.set(key, str(FORMAT_VERSION), nx=True)
+            raw = await client.get(key)
+        try:
+            found = int(raw) if isinstance(raw, bytes | str) else -1
+        except ValueError:
+            found = -1
+        if found != FORMAT_VERSION:
+            shown = found if found > 0 else repr(raw)
+            raise SchemaVersionError(
+                f"Redis key {key!r} says the data under this prefix has format version "
+                f"{shown}, not {FORMAT_VERSION}, the one this chatlayers knows: upgrade "
+                "chatlayers to use it (nothing was written)"
+            )
+        self._format_checked = True
 
     async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run ``script`` (loading it when the server does not know it)."""

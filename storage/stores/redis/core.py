@@ -14,7 +14,13 @@ from urllib.parse import parse_qsl, urlsplit
 from storage.checked import Check
 from storage.codec import decode, encode
 from storage.durations import parse_positive_duration
-from storage.errors import ConfigError, ConflictError, InvalidArgumentError, StorageUnavailableError
+from storage.errors import (
+    ChatStorageError,
+    ConfigError,
+    ConflictError,
+    InvalidArgumentError,
+    StorageUnavailableError,
+)
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_options, secrets_of_url
@@ -27,7 +33,15 @@ from storage.stores.redis.client import (
     driver_query_names,
     import_driver,
 )
-from storage.stores.redis.layout import Layout, decode_part, entries, entry, part, to_us
+from storage.stores.redis.layout import (
+    Layout,
+    decode_part,
+    entries,
+    entry,
+    known_part,
+    part,
+    to_us,
+)
 from storage.stores.urls import check_query, drop_query
 
 __all__ = ["DEFAULT_PREFIX", "RedisCore"]
@@ -153,7 +167,11 @@ class RedisCore(BaseStore):
         self.clock = clock
         try:
             self._redis = ScriptClient(
-                redis, drop_query(url, OWN_OPTIONS), cluster=self.cluster, options=client_options
+                redis,
+                drop_query(url, OWN_OPTIONS),
+                cluster=self.cluster,
+                options=client_options,
+                format_key=self.layout.format_key(),
             )
         except (ValueError, TypeError, redis.exceptions.RedisClusterException) as exc:
             detail = redact_text(str(exc), self._secrets)
@@ -217,11 +235,18 @@ class RedisCore(BaseStore):
             )
 
     async def _members(self, user_id: str) -> list[str]:
-        """The encoded session ids in the user's index."""
+        """The encoded session ids in the user's index (a member this store did not write is
+        skipped, counted in ``corrupt_derived``)."""
         client = await self._redis.ready()
         x, _ = self.layout.index(user_id)
         raw = cast(list[bytes], await client.zrange(x, 0, -1))
-        return [m.decode("ascii") for m in raw]
+        members = []
+        for m in raw:
+            if known_part(m) is None:
+                self._derived_unusable("session index", f"user {user_id!r}", f"member {m!r}")
+                continue
+            members.append(m.decode("ascii"))
+        return members
 
     # --- writes --------------------------------------------------------------------------
 
@@ -239,7 +264,7 @@ class RedisCore(BaseStore):
             names.records,
             *self._index_keys(key.user_id),
         ]
-        args = [self._ttl, names.agent, new_epoch(), expected_version, names.member]
+        args = [self._ttl, names.agent, new_epoch(), expected_version, names.member, names.base]
         args += message_args(batch)
         newest = max(to_us(m.created_at) for m in batch if m.created_at is not None)
         await self._register(key.user_id, names.member, newest)
@@ -249,9 +274,38 @@ class RedisCore(BaseStore):
                 f"{key}: the conversation changed since version {expected_version!r}; "
                 "nothing stored"
             )
-        _, stored, version, score = reply
-        await self._reindex(key.user_id, names.member, int(version), int(score), True)
+        _, stored, version, score, rebuilt = reply
+        if version:
+            await self._reindex(key.user_id, names.member, int(version), int(score), True)
+        if rebuilt:
+            self._derived_unusable("head", key, "a lost or unreadable head or session counter")
+            await self._repair_head(key)
         return [batch[index - 1] for index in stored]
+
+    async def _repair_head(self, key: ChatKey) -> None:
+        """Rebuild the key's head from its list (a new epoch: its checkpoint is void), when
+        it was lost or does not parse; the entries are the truth."""
+        names = self.layout.key(key)
+        for _ in range(3):
+            joined = await self._redis.eval(scripts.FETCH, [names.messages], [0])
+            rows = entries(joined)
+            last = entry(rows[-1])[0] if rows else 0
+            times: list[int] = []
+            for raw in rows:
+                try:
+                    at = decode(entry(raw)[1]).created_at
+                except ChatStorageError:  # the raw record's own damage: its time unknown
+                    continue
+                if at is not None:
+                    times.append(to_us(at))
+            first, newest = (min(times), max(times)) if times else (0, 0)
+            done = await self._redis.eval(
+                scripts.REPAIR_HEAD,
+                [names.messages, names.head, names.checkpoint, names.session],
+                [len(rows), new_epoch(), last, len(rows), first, newest, names.agents, names.base],
+            )
+            if done:
+                return
 
     async def _save(self, key: ChatKey, batch: list[ChatMessage]) -> list[ChatMessage]:
         return await self._save_batch(key, batch, "")
@@ -304,7 +358,14 @@ class RedisCore(BaseStore):
         """``(agent_id, list entries)`` of every agent of one session (one atomic read)."""
         base = self.layout.base(part("user_id", user_id), member)
         reply = await self._redis.eval(scripts.FETCH_SESSION, [f"{base}a"], [base])
-        return [(decode_part(reply[n]), entries(reply[n + 1])) for n in range(0, len(reply), 2)]
+        out = []
+        for n in range(0, len(reply), 2):
+            agent = known_part(reply[n])
+            if agent is None:  # a damaged member of the session's agents set
+                self._derived_unusable("session agents", f"session {member!r}", reply[n])
+                continue
+            out.append((agent, entries(reply[n + 1])))
+        return out
 
     async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
         _, member = self.layout.session_base(user_id, session_id)
@@ -335,15 +396,21 @@ class RedisCore(BaseStore):
         for user in users:
             x = f"{self.prefix}:{{{user}}}:x"
             for raw_member in cast(list[bytes], await client.zrange(x, 0, -1)):
+                if known_part(raw_member) is None:
+                    self._derived_unusable("session index", f"user {user!r}", raw_member)
+                    continue
                 member = raw_member.decode("ascii")
                 if wanted is not None and member != wanted:
                     continue
                 base = self.layout.base(user, member)
                 agents = await self._redis.eval(scripts.LIST_AGENTS, [f"{base}a"], [base])
-                keys += [
-                    ChatKey(decode_part(user), decode_part(member), decode_part(agent))
-                    for agent in agents
-                ]
+                session = known_part(member)
+                for agent in agents:
+                    agent_id = known_part(agent)
+                    if session is None or agent_id is None:
+                        self._derived_unusable("session agents", f"session {member!r}", agent)
+                        continue
+                    keys.append(ChatKey(decode_part(user), session, agent_id))
         return keys
 
     async def _close(self) -> None:

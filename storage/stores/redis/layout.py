@@ -13,6 +13,9 @@ Layout (``P`` = prefix; ``U``, ``S``, ``A`` = the user, session and agent ids pe
     P:{U:S}:s     HASH    the session: q sequence counter, t last activity (µs), v version
     P:{U}:x       ZSET    the user's sessions (encoded) by last activity (µs)
     P:{U}:y       HASH    per session, the version of the state ``x`` shows
+    P:format      STRING  the format version of everything under the prefix (1), set on
+                          first use and checked by every store instance before its first
+                          command: a newer one raises ``SchemaVersionError``
 
 Percent-encoding keeps only RFC 3986 unreserved characters (``A-Z a-z 0-9 - . _ ~``), so an
 encoded part never holds ``:``, ``{``, ``}``, ``*``, ``?``, ``[`` or ``]``: keys cannot
@@ -34,6 +37,7 @@ __all__ = [
     "KeyNames",
     "Layout",
     "decode_part",
+    "known_part",
     "entries",
     "entry",
     "from_us",
@@ -75,6 +79,16 @@ def decode_part(raw: bytes | str) -> str:
     """A key part from its encoded form."""
     text = raw.decode("ascii") if isinstance(raw, bytes) else raw
     return unquote(text, errors="strict")
+
+
+def known_part(raw: bytes | str) -> str | None:
+    """A key part from its encoded form, or ``None`` when it is not one this store wrote (a
+    damaged set or index member: the caller skips it)."""
+    try:
+        value = decode_part(raw)
+    except ValueError:
+        return None
+    return value if value and "\x00" not in value else None
 
 
 def entry(raw: bytes) -> tuple[int, bytes]:
@@ -159,6 +173,10 @@ class Layout:
         """The user's session index: ``(P:{U}:x, P:{U}:y)``."""
         user = part("user_id", user_id)
         return f"{self.prefix}:{{{user}}}:x", f"{self.prefix}:{{{user}}}:y"
+
+    def format_key(self) -> str:
+        """``P:format``: the format version of the data under the prefix."""
+        return f"{self.prefix}:format"
 
     def index_pattern(self) -> str:
         """A SCAN pattern matching every user's session index (the prefix taken literally)."""

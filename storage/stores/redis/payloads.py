@@ -8,7 +8,7 @@ from typing import Any
 
 from storage.abilities import ConversationRecord, SummaryCheckpoint
 from storage.codec import decode, encode
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import ChatMessage, thaw
 
 __all__ = ["decode_checkpoint", "decode_record", "encode_checkpoint", "encode_record"]
@@ -32,19 +32,33 @@ def encode_checkpoint(checkpoint: SummaryCheckpoint) -> str:
 
 
 def decode_checkpoint(raw: bytes) -> SummaryCheckpoint:
-    """Raises: CorruptRecordError: not a checkpoint this store wrote."""
+    """Raises: CorruptRecordError: not a checkpoint this store wrote (bad JSON, the wrong
+    shape, a message that does not decode, another format version)."""
     try:
         data = json.loads(raw)
+        if data.get("v") != 1:
+            raise ValueError(f"unknown checkpoint format {data.get('v')!r}")
+        covers_to, version = data["to"], data["ver"]
+        if type(covers_to) is not int or type(version) is not int:
+            raise TypeError("bad field types")
         messages: tuple[ChatMessage, ...] = tuple([decode(m) for m in data["m"]])
         return SummaryCheckpoint(
             messages=messages,
-            covers_to=int(data["to"]),
+            covers_to=covers_to,
             epoch=str(data["e"]),
             summarizer=str(data["by"]),
             created_at=datetime.fromisoformat(data["at"]),
-            version=int(data["ver"]),
+            version=version,
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        CorruptRecordError,
+        SchemaVersionError,
+    ) as exc:
         raise CorruptRecordError(f"cannot decode stored checkpoint {raw[:80]!r}: {exc!r}") from exc
 
 

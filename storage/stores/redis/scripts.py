@@ -15,7 +15,14 @@ Shared conventions:
 - a session's index *version* grows with every change of the session (``bump``): the
   server's ``TIME`` in µs, or the previous version + 1 when writes outpace the clock. The
   index keeps, per session, the version of the state it shows and takes only newer ones, so
-  index updates sent in any order converge on the newest state.
+  index updates sent in any order converge on the newest state;
+- a session's ``t`` (and its index score) is its last activity: raised by every save, never
+  lowered while the session holds messages (deleting or replacing one of its conversations
+  keeps it), forgotten when it holds none;
+- heads, the session hash and the index are derived from the entries: a field that is not a
+  number reads as missing, a lost sequence counter is rebuilt from the session's entries
+  (:func:`counter`), and a write that finds its key's head missing or unreadable rebuilds it
+  (a new epoch) and says so, so the store recounts its times (never a failed write).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ __all__ = [
     "LIST_AGENTS",
     "LOAD_CHECKPOINT",
     "RELEASE_LEASE",
+    "REPAIR_HEAD",
     "REPLACE",
     "SAVE",
     "SAVE_CHECKPOINT",
@@ -65,7 +73,7 @@ local function fmt(n) return string.format('%.0f', n) end
 local function bump(skey)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local v = tonumber(redis.call('HGET', skey, 'v') or '0') + 1
+  local v = (tonumber(redis.call('HGET', skey, 'v') or '0') or 0) + 1
   if now > v then v = now end
   redis.call('HSET', skey, 'v', fmt(v))
   return v
@@ -75,10 +83,44 @@ end
 local function session_last(base, akey)
   local last = 0
   for _, agent in ipairs(redis.call('SMEMBERS', akey)) do
-    local t = redis.call('HGET', base .. 'h:' .. agent, 't')
-    if t and tonumber(t) > last then last = tonumber(t) end
+    local t = tonumber(redis.call('HGET', base .. 'h:' .. agent, 't') or '0')
+    if t and t > last then last = t end
   end
   return last
+end
+
+-- The session's last activity after some of its messages went: kept, unless it holds none.
+local function kept_last(skey, base, akey)
+  local now = session_last(base, akey)
+  if now == 0 then return 0 end
+  local before = tonumber(redis.call('HGET', skey, 't') or '0') or 0
+  if before > now then return before end
+  return now
+end
+
+local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+) ')) end
+
+-- The session's sequence counter, rebuilt (above every entry and record of the session and
+-- of the list ``own``) when it is missing from a session that has agents, or not a number.
+-- Returns true when it was rebuilt.
+local function counter(skey, base, akey, own)
+  local q = redis.call('HGET', skey, 'q')
+  if q and tonumber(q) then return false end
+  if not q and redis.call('EXISTS', akey) == 0 and redis.call('EXISTS', own) == 0 then
+    return false
+  end
+  local top = 0
+  local function see(entry)
+    local seq = entry and entry_seq(entry)
+    if seq and seq > top then top = seq end
+  end
+  see(redis.call('LINDEX', own, -1))
+  for _, agent in ipairs(redis.call('SMEMBERS', akey)) do
+    see(redis.call('LINDEX', base .. 'm:' .. agent, -1))
+    for _, rec in ipairs(redis.call('HVALS', base .. 'r:' .. agent)) do see(rec) end
+  end
+  redis.call('HSET', skey, 'q', fmt(top))
+  return true
 end
 
 -- The user's index: x = ZSET session -> last activity (µs), y = HASH session -> version.
@@ -90,7 +132,7 @@ local function index(x, y, member, v, score, exists, ttl)
       redis.call('ZADD', x, fmt(score), member)
     end
   else
-    local cur = tonumber(redis.call('HGET', y, member) or '-1')
+    local cur = tonumber(redis.call('HGET', y, member) or '-1') or -1
     if v > cur then
       if exists then
         redis.call('ZADD', x, fmt(score), member)
@@ -106,8 +148,6 @@ local function index(x, y, member, v, score, exists, ttl)
     redis.call('PEXPIRE', y, ttl)
   end
 end
-
-local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+) ')) end
 
 -- The newest entries of a list, enough of them to reach back to a seq <= after (or all).
 local function tail_rows(lkey, after)
@@ -128,23 +168,41 @@ def _script(name: str, body: str) -> Script:
 
 
 # KEYS: m, i, h, a, s, c, r [, x, y]. ARGV: ttl_ms, agent, new epoch, expected version ("":
-# none), session member, then (id, record, at_us) per message.
+# none), session member, base, then (id, record, at_us) per message.
 # Returns {1} on a version conflict (nothing written), else {0, {1-based indexes stored},
-# index version (0: nothing stored), session last activity µs}.
+# index version (0: nothing stored), session last activity µs, derived data rebuilt (0/1)}.
 SAVE: Final = _script(
     "save",
     r"""
 local head = redis.call('HMGET', KEYS[3], 'e', 'l', 'n', 'f', 't')
 local epoch = head[1]
 local last = tonumber(head[2] or '0')
-if ARGV[4] ~= '' and ((epoch or '') .. '.' .. fmt(last)) ~= ARGV[4] then
-  return {1}
-end
 local n = tonumber(head[3] or '0')
 local first = head[4] and tonumber(head[4])
 local newest = head[5] and tonumber(head[5])
+local rebuilt = 0
+local held = redis.call('LLEN', KEYS[1])
+if held > 0 and (not epoch or epoch == '' or not last or last == 0 or not n
+    or (head[4] and not first) or (head[5] and not newest)) then
+  -- A head lost or unreadable while the key holds messages: rebuilt from the list, in a
+  -- new epoch (the checkpoint is void); the store recounts the times afterwards.
+  epoch = ARGV[3]
+  last = entry_seq(redis.call('LINDEX', KEYS[1], -1)) or 0
+  n = held
+  first, newest = nil, nil
+  redis.call('DEL', KEYS[3], KEYS[6])
+  rebuilt = 1
+elseif held == 0 then
+  last, n, first, newest = 0, 0, nil, nil
+end
+if ARGV[4] ~= '' and ((epoch or '') .. '.' .. fmt(last)) ~= ARGV[4] then
+  return {1}
+end
+if counter(KEYS[5], ARGV[6], KEYS[4], KEYS[1]) then rebuilt = 1 end
+local st = tonumber(redis.call('HGET', KEYS[5], 't') or '0')
+if not st then st = session_last(ARGV[6], KEYS[4]); rebuilt = 1 end
 local stored = {}
-for k = 6, #ARGV, 3 do
+for k = 7, #ARGV, 3 do
   if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
     local seq = redis.call('HINCRBY', KEYS[5], 'q', 1)
     redis.call('RPUSH', KEYS[1], seq .. ' ' .. ARGV[k + 1])
@@ -153,26 +211,23 @@ for k = 6, #ARGV, 3 do
     local at = tonumber(ARGV[k + 2])
     if not first or at < first then first = at end
     if not newest or at > newest then newest = at end
-    stored[#stored + 1] = (k - 3) / 3
+    stored[#stored + 1] = (k - 4) / 3
   end
 end
-if #stored == 0 then return {0, stored, 0, 0} end
-if not epoch then epoch = ARGV[3] end
-redis.call('HSET', KEYS[3], 'e', epoch, 'l', fmt(last), 'n', fmt(n), 'f', fmt(first),
-  't', fmt(newest))
-redis.call('SADD', KEYS[4], ARGV[2])
-local st = tonumber(redis.call('HGET', KEYS[5], 't') or '0')
-if newest > st then
-  st = newest
-  redis.call('HSET', KEYS[5], 't', fmt(st))
-end
+if #stored == 0 and rebuilt == 0 then return {0, stored, 0, 0, 0} end
+if not epoch or epoch == '' then epoch = ARGV[3] end
+redis.call('HSET', KEYS[3], 'e', epoch, 'l', fmt(last), 'n', fmt(n))
+if first then redis.call('HSET', KEYS[3], 'f', fmt(first), 't', fmt(newest)) end
+if #stored > 0 then redis.call('SADD', KEYS[4], ARGV[2]) end
+if newest and newest > st then st = newest end
+redis.call('HSET', KEYS[5], 't', fmt(st))
 local v = bump(KEYS[5])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   for k = 1, 7 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
 if KEYS[8] then index(KEYS[8], KEYS[9], ARGV[5], v, st, true, ttl) end
-return {0, stored, v, st}
+return {0, stored, v, st, rebuilt}
 """,
 )
 
@@ -184,17 +239,41 @@ return table.concat(redis.call('LRANGE', KEYS[1], ARGV[1], -1), '\n')
 """,
 )
 
-# KEYS: m, h. ARGV: after. Returns {epoch, last_seq, checkpoint version, entries joined}:
-# the entries include every one with seq > after (and maybe a few older ones).
+# KEYS: m, h. ARGV: after. Returns {epoch, last_seq, checkpoint version, entries joined,
+# head unusable (0/1)}: the entries include every one with seq > after (and maybe a few older
+# ones); with a head lost or unreadable while the list holds entries, none (rebuild it).
 FETCH_SINCE: Final = _script(
     "fetch_since",
     r"""
 local head = redis.call('HMGET', KEYS[2], 'e', 'l', 'c')
 local last = tonumber(head[2] or '0')
+if not last or (head[3] and not tonumber(head[3]))
+    or ((not head[1] or head[1] == '' or last == 0) and redis.call('EXISTS', KEYS[1]) == 1) then
+  return {'', '0', '0', '', 1}
+end
 local after = tonumber(ARGV[1])
 local rows = {}
 if last > after then rows = tail_rows(KEYS[1], after) end
-return {head[1] or '', head[2] or '0', head[3] or '0', table.concat(rows, '\n')}
+return {head[1] or '', head[2] or '0', head[3] or '0', table.concat(rows, '\n'), 0}
+""",
+)
+
+# KEYS: m, h, c, s. ARGV: entries expected, new epoch, last seq, count, first µs, last µs,
+# agents set, base. A head rebuilt from its list (by the store, which read the entries): only
+# if the list still holds that many entries; a new epoch, the checkpoint dropped; the
+# session's last activity raised to it. Returns 1 when written.
+REPAIR_HEAD: Final = _script(
+    "repair_head",
+    r"""
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+if tonumber(ARGV[1]) == 0 then return 1 end
+redis.call('HSET', KEYS[2], 'e', ARGV[2], 'l', ARGV[3], 'n', ARGV[4], 'f', ARGV[5],
+  't', ARGV[6], 'c', '0')
+counter(KEYS[4], ARGV[8], ARGV[7], KEYS[1])
+local st = tonumber(redis.call('HGET', KEYS[4], 't') or '0') or 0
+if tonumber(ARGV[6]) > st then redis.call('HSET', KEYS[4], 't', ARGV[6]) end
+return 1
 """,
 )
 
@@ -226,22 +305,26 @@ return out
 """,
 )
 
-# KEYS: agents, s. ARGV: base. Returns {index version, session last µs, {agent, n, f, t, ...}}.
+# KEYS: agents, s. ARGV: base. Returns {index version, session last µs, {agent, n, f, t, ...},
+# {agents holding messages whose head is lost or unreadable}}.
 SESSION_INFO: Final = _script(
     "session_info",
     r"""
 local out = {}
+local broken = {}
 for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local h = redis.call('HMGET', ARGV[1] .. 'h:' .. agent, 'n', 'f', 't')
-  if h[1] then
+  if tonumber(h[1] or '') and tonumber(h[2] or '') and tonumber(h[3] or '') then
     out[#out + 1] = agent
     out[#out + 1] = h[1]
     out[#out + 1] = h[2]
     out[#out + 1] = h[3]
+  elseif redis.call('EXISTS', ARGV[1] .. 'm:' .. agent) == 1 then
+    broken[#broken + 1] = agent  -- messages under a lost or unreadable head
   end
 end
 local s = redis.call('HMGET', KEYS[2], 'v', 't')
-return {s[1] or '0', s[2] or '0', out}
+return {s[1] or '0', s[2] or '0', out, broken}
 """,
 )
 
@@ -257,7 +340,7 @@ local v = bump(KEYS[8])
 local exists = redis.call('EXISTS', KEYS[7]) == 1
 local st = 0
 if exists then
-  st = session_last(ARGV[2], KEYS[7])
+  st = kept_last(KEYS[8], ARGV[2], KEYS[7])
   redis.call('HSET', KEYS[8], 't', fmt(st))
 else
   redis.call('DEL', KEYS[8])
@@ -291,6 +374,7 @@ return v
 REPLACE: Final = _script(
     "replace",
     r"""
+counter(KEYS[7], ARGV[4], KEYS[6], KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local n, last, first, newest = 0, 0, nil, nil
 for k = 6, #ARGV, 3 do
@@ -314,7 +398,7 @@ local v = bump(KEYS[7])
 local exists = redis.call('EXISTS', KEYS[6]) == 1
 local st = 0
 if exists then
-  st = session_last(ARGV[4], KEYS[6])
+  st = kept_last(KEYS[7], ARGV[4], KEYS[6])
   redis.call('HSET', KEYS[7], 't', fmt(st))
 else
   redis.call('DEL', KEYS[7])
@@ -337,7 +421,8 @@ local head = redis.call('HMGET', KEYS[2], 'e', 'l', 'c')
 if not head[1] or head[1] ~= ARGV[2] then return 0 end
 if tonumber(head[3] or '0') ~= tonumber(ARGV[1]) then return 0 end
 local covers = tonumber(ARGV[3])
-if covers > tonumber(head[2]) then return 0 end
+local last = tonumber(head[2] or '')
+if not last or covers > last then return 0 end
 local held = false
 for _, entry in ipairs(tail_rows(KEYS[1], covers)) do
   if entry_seq(entry) == covers then held = true break end
@@ -392,7 +477,7 @@ return 0
 """,
 )
 
-# KEYS: r, a, s [, x, y]. ARGV: id, json, agent, session member, ttl_ms.
+# KEYS: r, a, s, m [, x, y]. ARGV: id, json, agent, session member, ttl_ms, base.
 # Returns {1, stored entry} when the id is stored already, else {0, seq, index version,
 # session last µs}.
 SAVE_RECORD: Final = _script(
@@ -400,16 +485,17 @@ SAVE_RECORD: Final = _script(
     r"""
 local got = redis.call('HGET', KEYS[1], ARGV[1])
 if got then return {1, got} end
+counter(KEYS[3], ARGV[6], KEYS[2], KEYS[4])
 local seq = redis.call('HINCRBY', KEYS[3], 'q', 1)
 redis.call('HSET', KEYS[1], ARGV[1], seq .. ' ' .. ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 local v = bump(KEYS[3])
-local st = tonumber(redis.call('HGET', KEYS[3], 't') or '0')
+local st = tonumber(redis.call('HGET', KEYS[3], 't') or '0') or 0
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
-if KEYS[4] then index(KEYS[4], KEYS[5], ARGV[4], v, st, true, ttl) end
+if KEYS[5] then index(KEYS[5], KEYS[6], ARGV[4], v, st, true, ttl) end
 return {0, seq, v, st}
 """,
 )

@@ -33,7 +33,15 @@ def cursor_us(moment: datetime) -> int:
 
 
 def session_info(member: str, reply: list[object]) -> SessionInfo | None:
-    """A session's info from the ``SESSION_INFO`` script's reply (``None``: no message)."""
+    """A session's info from the ``SESSION_INFO`` script's reply (``None``: no message).
+
+    ``last_at`` is the session's last activity (its ``t``, never lowered by deletes) or its
+    newest message, whichever is later. Fields are numbers the scripts wrote: one that is not
+    (a damaged head, skipped by the script) never raises here.
+
+    Raises:
+        ValueError: an agent or the session id is not an encoded key part.
+    """
     rows = reply[2]
     assert isinstance(rows, list)
     agents: list[str] = []
@@ -51,9 +59,26 @@ def session_info(member: str, reply: list[object]) -> SessionInfo | None:
         last = t if last is None else max(last, t)
     if not count or first is None or last is None:
         return None
+    active = _number(reply[1])
+    if active is not None and active > last:
+        last = active
     return SessionInfo(
         decode_part(member), tuple(sorted(agents)), count, from_us(first), from_us(last)
     )
+
+
+def broken_agents(reply: list[object]) -> list[bytes]:
+    """The encoded agents of a ``SESSION_INFO`` reply whose head must be rebuilt."""
+    rows = reply[3] if len(reply) > 3 else []
+    assert isinstance(rows, list)
+    return [agent for agent in rows if isinstance(agent, bytes)]
+
+
+def _number(raw: object) -> int | None:
+    try:
+        return int(raw)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
 
 
 async def page_sessions(
@@ -61,6 +86,7 @@ async def page_sessions(
     read_infos: ReadInfos,
     limit: int,
     after: tuple[int, str] | None,
+    unusable: Callable[[bytes], None] | None = None,
 ) -> SessionPage:
     """One page of sessions.
 
@@ -70,6 +96,7 @@ async def page_sessions(
         read_infos: the infos of some members (``None`` for a session holding no message).
         limit: the page size (>= 1).
         after: the decoded cursor, or ``None`` for the first page.
+        unusable: told of an index member that is not an encoded session id (skipped).
     """
     max_score = after[0] + _SLACK if after is not None else 2**62
     chunk = max(4 * (limit + 1), 64)
@@ -85,10 +112,15 @@ async def page_sessions(
             offset += len(rows)
             exhausted = len(rows) < chunk
             for raw, score in rows:
-                member = raw.decode("ascii")
                 exact = int(score)
                 lowest = min(lowest, exact)
-                row = (cursor_us(from_us(exact)), decode_part(member), member, exact)
+                try:
+                    member = raw.decode("ascii")
+                    row = (cursor_us(from_us(exact)), decode_part(member), member, exact)
+                except (ValueError, OverflowError):  # not a member this store wrote
+                    if unusable is not None:
+                        unusable(raw)
+                    continue
                 if after is None or (-row[0], row[1]) > (-after[0], after[1]):
                     pending.append(row)
             pending.sort(key=lambda r: (-r[0], r[1]))

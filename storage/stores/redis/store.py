@@ -21,7 +21,7 @@ from storage.abilities import (
     Tail,
 )
 from storage.codec import decode
-from storage.errors import ConflictError
+from storage.errors import ConflictError, CorruptRecordError
 from storage.history import prepare_batch, validate_history
 from storage.message import ChatKey, ChatMessage, check_key_part, utc_now
 from storage.search import check_search_args, scan_search
@@ -38,14 +38,14 @@ from storage.stores.checks import (
 )
 from storage.stores.redis import scripts
 from storage.stores.redis.core import RedisCore, message_args, new_epoch
-from storage.stores.redis.layout import decode_part, entries, entry, part, to_us
+from storage.stores.redis.layout import decode_part, entries, entry, known_part, part, to_us
 from storage.stores.redis.payloads import (
     decode_checkpoint,
     decode_record,
     encode_checkpoint,
     encode_record,
 )
-from storage.stores.redis.sessions import page_sessions, session_info
+from storage.stores.redis.sessions import broken_agents, page_sessions, session_info
 
 __all__ = ["RedisChatStorage"]
 
@@ -53,10 +53,17 @@ _EMPTY_HEAD = Head(0, "", 0)
 
 
 def _head(epoch: bytes | str, last: bytes | str, version: bytes | str) -> Head:
+    """The head of a key's fields.
+
+    Raises:
+        ValueError: a field is not what the scripts write (the head must be rebuilt).
+    """
     last_seq = int(last)
     if not last_seq:
         return _EMPTY_HEAD
     text = epoch.decode("ascii") if isinstance(epoch, bytes) else epoch
+    if not text:
+        raise ValueError("a head without an epoch")
     return Head(last_seq, text, int(version))
 
 
@@ -85,6 +92,16 @@ class RedisChatStorage(RedisCore):
         names = self.layout.key(key)
         client = await self._redis.ready()
         epoch, last, version = await client.hmget(names.head, ["e", "l", "c"])
+        try:
+            head = _head(epoch or b"", last or b"0", version or b"0")
+        except ValueError:
+            head = None
+        # No head: a key holding nothing, or a lost head (one more read, for empty keys only).
+        if head is not None and (head.last_seq or not await client.exists(names.messages)):
+            return head
+        self._derived_unusable("head", key, "lost or unreadable")
+        await self._repair_head(key)
+        epoch, last, version = await client.hmget(names.head, ["e", "l", "c"])
         return _head(epoch or b"", last or b"0", version or b"0")
 
     async def fetch_since(self, key: ChatKey, after: int) -> Tail:
@@ -99,9 +116,15 @@ class RedisChatStorage(RedisCore):
         check_key(key)
         check_after(after)
         names = self.layout.key(key)
-        epoch, last, version, rows = await self._redis.eval(
+        epoch, last, version, rows, broken = await self._redis.eval(
             scripts.FETCH_SINCE, [names.messages, names.head], [after]
         )
+        if broken:
+            self._derived_unusable("head", key, "lost or unreadable")
+            await self._repair_head(key)
+            epoch, last, version, rows, _ = await self._redis.eval(
+                scripts.FETCH_SINCE, [names.messages, names.head], [after]
+            )
         head = _head(epoch, last, version)
         seqs: list[int] = []
         messages: list[ChatMessage] = []
@@ -117,10 +140,14 @@ class RedisChatStorage(RedisCore):
     async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         """The key's checkpoint, or ``None`` (none, or made under another epoch).
 
+        A checkpoint that cannot be read (bad JSON, the wrong shape, a message that does not
+        decode, another format version) is logged once, counted in ``corrupt_derived`` and
+        ignored: ``None``, while :meth:`head` still reports its version, so the next
+        compare-and-set replaces it.
+
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
             StorageUnavailableError: Redis cannot be reached (password redacted).
-            CorruptRecordError: the stored checkpoint cannot be decoded.
         """
         check_key(key)
         names = self.layout.key(key)
@@ -129,8 +156,12 @@ class RedisChatStorage(RedisCore):
         )
         if not raw:
             return None
-        checkpoint = decode_checkpoint(raw)
-        if checkpoint.epoch != epoch.decode("ascii"):
+        try:
+            checkpoint = decode_checkpoint(raw)
+        except CorruptRecordError as exc:
+            self._derived_unusable("checkpoint", key, exc)
+            return None
+        if checkpoint.epoch != epoch.decode("ascii", "replace"):
             return None
         return checkpoint
 
@@ -288,11 +319,29 @@ class RedisChatStorage(RedisCore):
                 base = self.layout.base(user, member)
                 calls.append(([f"{base}a", f"{base}s"], [base]))
             replies = await self._redis.eval_many(scripts.SESSION_INFO, calls)
-            return [
-                session_info(member, reply) for member, reply in zip(members, replies, strict=True)
-            ]
+            infos: list[SessionInfo | None] = []
+            for member, reply, call in zip(members, replies, calls, strict=True):
+                broken = broken_agents(reply)
+                if broken:  # messages under a lost head: rebuild it, then read again
+                    session_id = decode_part(member)
+                    for agent in broken:
+                        agent_id = known_part(agent)
+                        if agent_id is not None:
+                            repaired = ChatKey(user_id, session_id, agent_id)
+                            self._derived_unusable("head", repaired, "lost or unreadable")
+                            await self._repair_head(repaired)
+                    reply = await self._redis.eval(scripts.SESSION_INFO, *call)
+                try:
+                    infos.append(session_info(member, reply))
+                except ValueError as exc:  # an agent this store did not write
+                    self._derived_unusable("session agents", f"session {member!r}", exc)
+                    infos.append(None)
+            return infos
 
-        return await page_sessions(read_chunk, read_infos, limit, after)
+        def unusable(raw: bytes) -> None:
+            self._derived_unusable("session index", f"user {user_id!r}", f"member {raw!r}")
+
+        return await page_sessions(read_chunk, read_infos, limit, after, unusable)
 
     # --- SearchableStorage ---------------------------------------------------------------
 
@@ -325,7 +374,11 @@ class RedisChatStorage(RedisCore):
             session_id = decode_part(member)
             rows: list[tuple[int, ChatKey, bytes]] = []
             for n in range(0, len(reply), 2):
-                key = ChatKey(user_id, session_id, decode_part(reply[n]))
+                agent_id = known_part(reply[n])
+                if agent_id is None:
+                    self._derived_unusable("session agents", f"session {member!r}", reply[n])
+                    continue
+                key = ChatKey(user_id, session_id, agent_id)
                 for raw in entries(reply[n + 1]):
                     seq, record = entry(raw)
                     rows.append((seq, key, record))
@@ -350,12 +403,18 @@ class RedisChatStorage(RedisCore):
         created = record.created_at.astimezone(UTC) if record.created_at else utc_now()
         record = attrs.evolve(record, created_at=created)
         names = self.layout.key(key)
-        keys = [names.records, names.agents, names.session, *self._index_keys(key.user_id)]
+        keys = [
+            names.records,
+            names.agents,
+            names.session,
+            names.messages,
+            *self._index_keys(key.user_id),
+        ]
         await self._register(key.user_id, names.member, 0)
         reply = await self._redis.eval(
             scripts.SAVE_RECORD,
             keys,
-            [record.id, encode_record(record), names.agent, names.member, self._ttl],
+            [record.id, encode_record(record), names.agent, names.member, self._ttl, names.base],
         )
         if reply[0] == 1:
             return decode_record(*entry(reply[1]))

@@ -5,22 +5,34 @@ compare-and-set inside one write transaction: the version, the key's epoch and t
 sequence number are checked under the write lock, so two processes can never both win. A
 lease row holds its owner and its expiry in seconds of the store's clock, so a worker that
 dies holding it loses it after ``ttl``.
+
+A checkpoint row that does not decode (bad JSON, a wrong field type, a message that does not
+decode, a newer format version) is derived data: :func:`load` reports it and returns
+``None``, and the compare-and-set against the version the head reports replaces it. A key's
+tally row (its epoch and checkpoint version) that is missing while the key holds messages,
+or unreadable, makes :func:`head` return ``None``: the caller rebuilds it
+(:func:`storage.stores.sqlite.tallies.rebuild_key`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Final
 
 import attrs
 
 from storage.abilities import Head, SummaryCheckpoint
 from storage.codec import decode, encode
+from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import ChatKey, ChatMessage
+from storage.stores.sqlite import tallies
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import from_us, to_us
 
-__all__ = ["EMPTY_HEAD", "acquire", "head", "load", "release", "save"]
+__all__ = ["EMPTY_HEAD", "acquire", "head", "head_for_write", "load", "release", "save"]
+
+Unusable = Callable[[str, object, object], None]  # (what, where, detail): count and log it
 
 EMPTY_HEAD: Final = Head(0, "", 0)
 # The newest sequence number from the messages index (so it is right whoever wrote the row),
@@ -32,17 +44,39 @@ _HEAD: Final = (
 )
 
 
-def head(conn: sqlite3.Connection, key: ChatKey) -> Head:
-    """The key's head (``Head(0, "", 0)`` when it holds no message)."""
+_HAS_MESSAGES: Final = f"SELECT 1 FROM messages WHERE {KEY} LIMIT 1"
+
+
+def head(conn: sqlite3.Connection, key: ChatKey) -> Head | None:
+    """The key's head (``Head(0, "", 0)`` when it holds no message), or ``None`` when its
+    tally row is missing or unreadable although it holds messages (rebuild it)."""
     params = (key.user_id, key.session_id, key.agent_id)
     row = conn.execute(_HEAD, params).fetchone()
-    if row is None or row[0] is None:
+    if row is None:
+        # No tally: a key that holds nothing (one more index probe), or a lost row.
+        return EMPTY_HEAD if conn.execute(_HAS_MESSAGES, params).fetchone() is None else None
+    last, epoch, version = row
+    if last is None:
         return EMPTY_HEAD
-    return Head(row[0], row[1], row[2])
+    if type(epoch) is not str or not epoch or type(version) is not int:
+        return None
+    return Head(last, epoch, version)
 
 
-def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
-    """The key's checkpoint of its current epoch, or ``None``."""
+def head_for_write(conn: sqlite3.Connection, key: ChatKey, unusable: Unusable) -> Head:
+    """:func:`head` inside a write transaction, a broken tally rebuilt first."""
+    found = head(conn, key)
+    if found is None:
+        unusable("head", key, "missing or unreadable per-key tally")
+        tallies.rebuild_key(conn, key)
+        found = head(conn, key)
+        assert found is not None
+    return found
+
+
+def load(conn: sqlite3.Connection, key: ChatKey, unusable: Unusable) -> SummaryCheckpoint | None:
+    """The key's checkpoint of its current epoch, or ``None`` (also when it is unreadable:
+    reported through ``unusable`` and ignored)."""
     row = conn.execute(
         "SELECT k.version, k.epoch, k.covers_to, k.summarizer, k.created_us, k.records "
         "FROM checkpoints k JOIN conversations c USING (user_id, session_id, agent_id) "
@@ -51,24 +85,51 @@ def load(conn: sqlite3.Connection, key: ChatKey) -> SummaryCheckpoint | None:
     ).fetchone()
     if row is None:
         return None
-    version, epoch, covers_to, summarizer, created_us, records = row
+    try:
+        return _decode(*row)
+    except (CorruptRecordError, SchemaVersionError, TypeError, ValueError, AttributeError) as exc:
+        unusable("checkpoint", key, exc)
+        return None
+
+
+def _decode(
+    version: object,
+    epoch: object,
+    covers_to: object,
+    summarizer: object,
+    created_us: object,
+    records: object,
+) -> SummaryCheckpoint:
+    """A checkpoint row's checkpoint.
+
+    Raises:
+        CorruptRecordError, SchemaVersionError: a message does not decode.
+        TypeError: a column holds the wrong type.
+    """
+    if not (
+        type(version) is int
+        and type(covers_to) is int
+        and type(created_us) is int
+        and isinstance(epoch, str)
+        and isinstance(summarizer, str)
+        and isinstance(records, str)
+    ):
+        raise TypeError("a checkpoint column holds the wrong type")
     messages: tuple[ChatMessage, ...] = tuple(decode(r) for r in records.split("\n"))
-    return SummaryCheckpoint(
-        messages,
-        covers_to,
-        epoch,
-        summarizer,
-        from_us(created_us),
-        version,
-    )
+    return SummaryCheckpoint(messages, covers_to, epoch, summarizer, from_us(created_us), version)
 
 
 def save(
-    conn: sqlite3.Connection, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
+    conn: sqlite3.Connection,
+    key: ChatKey,
+    checkpoint: SummaryCheckpoint,
+    expected_version: int,
+    unusable: Unusable,
 ) -> SummaryCheckpoint | None:
-    """Compare-and-set (inside a write transaction; ``checkpoint`` already checked)."""
+    """Compare-and-set (inside a write transaction; ``checkpoint`` already checked). The
+    version compared is the tally's, so an unreadable checkpoint is replaced like any other."""
     params = (key.user_id, key.session_id, key.agent_id)
-    current = head(conn, key)
+    current = head_for_write(conn, key, unusable)
     if (
         not current.epoch
         or current.checkpoint_version != expected_version

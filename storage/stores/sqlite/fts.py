@@ -16,6 +16,11 @@ the query's words, so only that user's postings are read, then joins the message
 (checking ``user_id`` again). The query is built from the words alone, each quoted, so FTS5
 syntax characters in what a user typed can never reach the FTS5 parser.
 
+The index is derived from the messages: a mark that cannot be right (missing, not a number,
+above the highest sequence number ever given) or an index SQLite reports as damaged is
+dropped and rebuilt from the messages (:func:`reset`; the next searches index everything
+again), so a broken index can neither raise nor hide a message from search.
+
 Erasure: FTS5 (before SQLite 3.44's ``secure-delete``) removes a row by adding delete
 markers, and the deleted words stay in the index's segments until they are merged;
 :func:`erase` merges the whole index (``optimize``), which rewrites it (cost grows with the
@@ -35,15 +40,30 @@ from storage.message import ChatMessage
 from storage.search import message_search_text, tokenize
 
 __all__ = [
+    "CREATE",
+    "broken",
     "catch_up",
+    "corruption",
     "erase",
     "index_rows",
     "indexed_to",
+    "mark_valid",
     "match_query",
     "owner_token",
+    "reset",
     "stale",
     "unindex",
 ]
+
+# The index table (schema version 2): normalized words only, split on spaces (``_`` is part
+# of a word, as in ``\w``).
+CREATE: Final = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
+    "words, owner, tokenize = \"ascii tokenchars '_'\")"
+)
+# A mark that cannot be read counts as "everything indexed" for deletes (so they always
+# remove index rows) until a search resets the index.
+_UNREADABLE: Final = 2**62
 
 _INSERT: Final = "INSERT INTO messages_fts (rowid, words, owner) VALUES (?, ?, ?)"
 _MARK: Final = "SELECT value FROM meta WHERE name = 'fts_indexed_to'"
@@ -81,9 +101,45 @@ def index_rows(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, ChatMess
 
 
 def indexed_to(conn: sqlite3.Connection) -> int:
-    """The highest sequence number the index covers."""
-    (mark,) = conn.execute(_MARK).fetchone()
-    return int(mark)
+    """The highest sequence number the index covers (a huge number when the mark cannot be
+    read: see :func:`mark_valid`)."""
+    row = conn.execute(_MARK).fetchone()
+    return row[0] if row is not None and type(row[0]) is int else _UNREADABLE
+
+
+def mark_valid(conn: sqlite3.Connection) -> bool:
+    """Whether the mark can be right: a number between 0 and the highest sequence number the
+    messages' sequence ever gave."""
+    mark = indexed_to(conn)
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    top = row[0] if row is not None and type(row[0]) is int else 0
+    return 0 <= mark <= top
+
+
+def corruption(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite reporting damaged data (not a busy or missing database)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return isinstance(exc, sqlite3.DatabaseError) and str(name).startswith("SQLITE_CORRUPT")
+
+
+def broken(conn: sqlite3.Connection) -> bool:
+    """Whether FTS5's own integrity check finds the index damaged (it reads the whole index:
+    only after an error that reported damage)."""
+    try:
+        conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
+    except sqlite3.DatabaseError as exc:
+        if corruption(exc):
+            return True
+        raise
+    return False
+
+
+def reset(conn: sqlite3.Connection) -> None:
+    """Drop the index and start it over empty (inside a write transaction): the next
+    searches index every message again."""
+    conn.execute("DROP TABLE IF EXISTS messages_fts")
+    conn.execute(CREATE)
+    conn.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('fts_indexed_to', 0)")
 
 
 def catch_up(conn: sqlite3.Connection, most: int = 5000) -> None:

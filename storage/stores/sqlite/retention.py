@@ -1,20 +1,38 @@
 """Retention purges of the SQLite store: messages older than the cut-off go, with the
-checkpoints of their keys; each key touched starts a new epoch; records stay."""
+checkpoints of their keys; each key touched starts a new epoch; records stay.
+
+Tool groups go whole (:func:`storage.history.whole_tool_groups`): when any message of an
+assistant's tool calls and their results is older than the cut-off, the whole group goes, so
+the record never holds a result without its call or a call without its results. Each key
+holding an old message is read up to its newest old message (and on through the results of
+a group that goes, up to the next assistant message with tool calls).
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Final
 
+from storage.errors import CorruptRecordError, SchemaVersionError
+from storage.history import ends_tool_group, whole_tool_groups
+from storage.message import ChatMessage
 from storage.stores.sqlite import fts, tallies
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import remove
 
 __all__ = ["purge"]
 
+# Decodes (seq, record) rows, through the store's decoded-message cache.
+DecodeRows = Callable[[Iterable[tuple[int, str]]], list[ChatMessage]]
 
-def purge(conn: sqlite3.Connection, cutoff_us: int) -> list[int]:
-    """Delete messages created before ``cutoff_us`` (inside a write transaction); their
-    sequence numbers."""
+_CHUNK: Final = 256
+_NOT_A_MESSAGE: Final = ChatMessage("user", "")  # an undecodable row: judged by its age alone
+
+
+def purge(conn: sqlite3.Connection, cutoff_us: int, decode_rows: DecodeRows) -> list[int]:
+    """Delete messages created before ``cutoff_us`` (inside a write transaction), whole tool
+    groups at a time; their sequence numbers."""
     # The tallies say which keys hold old messages: no scan of the messages table.
     keys = conn.execute(
         "SELECT user_id, session_id, agent_id FROM conversations WHERE first_us < ?",
@@ -22,10 +40,63 @@ def purge(conn: sqlite3.Connection, cutoff_us: int) -> list[int]:
     ).fetchall()
     seqs: list[int] = []
     for key in keys:
-        seqs += remove(conn, f"{KEY} AND created_us < ?", (*key, cutoff_us), erase=False)
+        doomed = _doomed(conn, key, cutoff_us, decode_rows)
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            seqs += remove(conn, f"seq IN ({marks})", chunk, erase=False)
         conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", key)
     if seqs and min(seqs) <= fts.indexed_to(conn):
         fts.erase(conn)  # once for all the keys
     tallies.refresh_keys(conn, keys)
     tallies.refresh_sessions(conn, {(user, session) for user, session, _ in keys})
     return seqs
+
+
+def _doomed(
+    conn: sqlite3.Connection, key: tuple[str, str, str], cutoff_us: int, decode_rows: DecodeRows
+) -> list[int]:
+    """The sequence numbers of one key's messages a purge deletes."""
+    (last_old,) = conn.execute(
+        f"SELECT max(seq) FROM messages WHERE {KEY} AND created_us < ?", (*key, cutoff_us)
+    ).fetchone()
+    if last_old is None:
+        return []
+    rows = conn.execute(
+        f"SELECT seq, created_us, record FROM messages WHERE {KEY} AND seq <= ? ORDER BY seq",
+        (*key, last_old),
+    ).fetchall()
+    messages = _decoded(decode_rows, [(seq, record) for seq, _, record in rows])
+    drop, open_group = whole_tool_groups(messages, [us < cutoff_us for _, us, _ in rows])
+    doomed = [row[0] for row, gone in zip(rows, drop, strict=True) if gone]
+    after = last_old
+    while open_group:  # the group that goes has results after the newest old message
+        more = conn.execute(
+            f"SELECT seq, record FROM messages WHERE {KEY} AND seq > ? ORDER BY seq LIMIT ?",
+            (*key, after, _CHUNK),
+        ).fetchall()
+        for (seq, _), message in zip(more, _decoded(decode_rows, more), strict=True):
+            if ends_tool_group(message):
+                open_group = False
+                break
+            if message.role == "tool":
+                doomed.append(seq)
+        if len(more) < _CHUNK:
+            break
+        after = more[-1][0]
+    return doomed
+
+
+def _decoded(decode_rows: DecodeRows, rows: list[tuple[int, str]]) -> list[ChatMessage]:
+    """The rows' messages; a record that does not decode stands for a plain message, so a
+    damaged row can neither stop retention nor join a tool group."""
+    try:
+        return decode_rows(rows)
+    except (CorruptRecordError, SchemaVersionError):
+        out = []
+        for row in rows:
+            try:
+                out += decode_rows([row])
+            except (CorruptRecordError, SchemaVersionError):
+                out.append(_NOT_A_MESSAGE)
+        return out

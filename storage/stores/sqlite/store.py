@@ -11,6 +11,11 @@ sequence numbers (an index-only scan) and returns the messages it decoded before
 are new, one statement reads the records from the oldest new one on. Every fetch still asks
 the database which messages exist, so writes and deletes by other processes are always seen.
 
+Derived data (per-key and per-session tallies, checkpoints, the search index) never hides
+the messages: a tally found missing or unreadable is rebuilt from them, an unreadable
+checkpoint is ignored (and replaced by the next compaction), a damaged search index is
+dropped and rebuilt; each is logged once and counted in ``corrupt_derived``.
+
 Erasure: connections run with ``PRAGMA secure_delete = ON`` (deleted rows and freed pages are
 zeroed), and ``delete``, ``delete_user`` and ``purge`` end by merging the search index and
 truncating the write-ahead log, so the erased text is in none of the files afterwards.
@@ -24,7 +29,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, TypeVar
 
 from storage.abilities import (
     ConversationRecord,
@@ -58,6 +63,8 @@ from storage.stores.sqlite.writes import append, remove, to_us, transaction, wip
 from storage.stores.urls import path_from_url
 
 __all__ = ["SQLiteChatStorage", "Synchronous"]
+
+R = TypeVar("R")
 
 Synchronous = Literal["off", "normal", "full", "extra"]
 _DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
@@ -229,9 +236,33 @@ class SQLiteChatStorage(BaseStore):
 
     # --- BaseStore hooks -----------------------------------------------------------------
 
+    def _index_repaired(self, work: Callable[[], R]) -> R:
+        """Run ``work`` (a write that removes messages, and so their index rows); when it
+        fails on a damaged search index, drop the index (it is rebuilt from the messages) and
+        run it again."""
+        try:
+            return work()
+        except sqlite3.DatabaseError as exc:
+            conn = self._conn
+            if not fts.corruption(exc) or conn.in_transaction or not fts.broken(conn):
+                raise
+            self._derived_unusable("search index", self.describe(), exc)
+            with transaction(conn):
+                fts.reset(conn)
+            return work()
+
+    def _head(self, key: ChatKey) -> Head:
+        """The key's head, its tally rebuilt first when it is missing or unreadable."""
+        conn = self._conn
+        found = checkpoints.head(conn, key)
+        if found is not None:
+            return found
+        with transaction(conn):
+            return checkpoints.head_for_write(conn, key, self._derived_unusable)
+
     async def _save(self, key: ChatKey, batch: list[ChatMessage]) -> list[ChatMessage]:
         with transaction(self._conn) as conn:
-            stored, _ = append(conn, key, batch)
+            stored, _ = append(conn, key, batch, self._derived_unusable)
         if self.retention is not None:
             self._maybe_purge()
         return stored
@@ -296,21 +327,28 @@ class SQLiteChatStorage(BaseStore):
 
     async def _delete(self, key: ChatKey) -> None:
         params = (key.user_id, key.session_id, key.agent_id)
-        with transaction(self._conn) as conn:
-            seqs = remove(conn, KEY, params)
-            for table in ("conversations", "checkpoints", "leases", "records"):
-                conn.execute(f"DELETE FROM {table} WHERE {KEY}", params)
-            tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
-        self._cache.discard(seqs)
-        self._erase(conn)
+
+        def delete() -> list[int]:
+            with transaction(self._conn) as conn:
+                seqs = remove(conn, KEY, params)
+                for table in ("conversations", "checkpoints", "leases", "records"):
+                    conn.execute(f"DELETE FROM {table} WHERE {KEY}", params)
+                tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
+            return seqs
+
+        self._cache.discard(self._index_repaired(delete))
+        self._erase(self._conn)
 
     async def _delete_user(self, user_id: str) -> None:
-        with transaction(self._conn) as conn:
-            seqs = remove(conn, "user_id = ?", (user_id,))
-            for table in ("conversations", "sessions", "checkpoints", "leases", "records"):
-                conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
-        self._cache.discard(seqs)
-        self._erase(conn)
+        def delete() -> list[int]:
+            with transaction(self._conn) as conn:
+                seqs = remove(conn, "user_id = ?", (user_id,))
+                for table in ("conversations", "sessions", "checkpoints", "leases", "records"):
+                    conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
+            return seqs
+
+        self._cache.discard(self._index_repaired(delete))
+        self._erase(self._conn)
 
     async def _list_keys(self, user_id: str | None, session_id: str | None) -> Iterable[ChatKey]:
         clauses: list[str] = []
@@ -332,14 +370,15 @@ class SQLiteChatStorage(BaseStore):
     async def head(self, key: ChatKey) -> Head:
         """The key's head in one statement: the newest sequence number (an indexed max read)
         with the epoch and checkpoint version (a primary-key read); ``Head(0, "", 0)`` when
-        the key holds nothing.
+        the key holds nothing. A tally row found missing or unreadable is rebuilt from the
+        messages first (a new epoch).
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey``.
             StorageUnavailableError: the database cannot be read, or the store is closed.
         """
         check_key(key)
-        return checkpoints.head(self._conn, key)
+        return self._head(key)
 
     async def fetch_since(self, key: ChatKey, after: int) -> Tail:
         """Raw messages with ``seq > after`` and the head, in one read transaction.
@@ -352,16 +391,23 @@ class SQLiteChatStorage(BaseStore):
         check_key(key)
         check_after(after)
         conn = self._conn
-        conn.execute("BEGIN")  # one snapshot for the head and the rows
-        try:
-            head = checkpoints.head(conn, key)
-            rows = (
-                conn.execute(_SINCE, (key.user_id, key.session_id, key.agent_id, after)).fetchall()
-                if head.last_seq > after
-                else []
-            )
-        finally:
-            conn.execute("COMMIT")
+        for _ in range(2):
+            conn.execute("BEGIN")  # one snapshot for the head and the rows
+            try:
+                head = checkpoints.head(conn, key)
+                rows = (
+                    conn.execute(
+                        _SINCE, (key.user_id, key.session_id, key.agent_id, after)
+                    ).fetchall()
+                    if head is not None and head.last_seq > after
+                    else []
+                )
+            finally:
+                conn.execute("COMMIT")
+            if head is not None:
+                break
+            self._head(key)  # rebuild the tally, then read again
+        assert head is not None
         messages = self._cache.decode_rows(rows)
         return Tail(head, tuple(seq for seq, _ in rows), tuple(messages))
 
@@ -370,13 +416,17 @@ class SQLiteChatStorage(BaseStore):
     async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         """The key's checkpoint, or ``None`` (none, or made under another epoch).
 
+        A checkpoint that cannot be read (a column of the wrong type, a message that does
+        not decode, a newer format version) is logged once, counted in
+        ``corrupt_derived`` and ignored: ``None``, while :meth:`head` still reports its
+        version, so the next compare-and-set replaces it.
+
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey``.
-            CorruptRecordError: a stored summary message cannot be decoded.
             StorageUnavailableError: the database cannot be read, or the store is closed.
         """
         check_key(key)
-        return checkpoints.load(self._conn, key)
+        return checkpoints.load(self._conn, key, self._derived_unusable)
 
     async def save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
@@ -398,7 +448,7 @@ class SQLiteChatStorage(BaseStore):
         check_expected_version(expected_version)
         checked = check_checkpoint(checkpoint)
         with transaction(self._conn) as conn:
-            return checkpoints.save(conn, key, checked, expected_version)
+            return checkpoints.save(conn, key, checked, expected_version, self._derived_unusable)
 
     async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
         """Take (or extend) the key's summarizing lease for ``ttl`` seconds of the clock;
@@ -438,15 +488,20 @@ class SQLiteChatStorage(BaseStore):
         check_key(key)
         batch = prepare_batch(validate_history(list(messages), system="anywhere"))
         params = (key.user_id, key.session_id, key.agent_id)
-        with transaction(self._conn) as conn:
-            # Not an erasure: the search index is merged by later deletes, not here.
-            seqs = remove(conn, KEY, params, erase=False)
-            conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
-            conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
-            stored: list[ChatMessage] = []
-            if batch:
-                stored, _ = append(conn, key, batch)
-            tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
+
+        def rewrite() -> tuple[list[int], list[ChatMessage]]:
+            with transaction(self._conn) as conn:
+                # Not an erasure: the search index is merged by later deletes, not here.
+                seqs = remove(conn, KEY, params, erase=False)
+                conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
+                conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+                stored: list[ChatMessage] = []
+                if batch:
+                    stored, _ = append(conn, key, batch)
+                tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
+            return seqs, stored
+
+        seqs, stored = self._index_repaired(rewrite)
         self._cache.discard(seqs)
         return stored
 
@@ -465,12 +520,12 @@ class SQLiteChatStorage(BaseStore):
         check_key(key)
         batch = prepare_batch(messages)
         with transaction(self._conn) as conn:
-            version = checkpoints.head(conn, key).version
+            version = checkpoints.head_for_write(conn, key, self._derived_unusable).version
             if version != expected_version:
                 raise ConflictError(
                     f"{key}: version is {version!r}, not {expected_version!r}; nothing stored"
                 )
-            stored = append(conn, key, batch)[0] if batch else []
+            stored = append(conn, key, batch, self._derived_unusable)[0] if batch else []
         if self.retention is not None:
             self._maybe_purge()
         return stored
@@ -482,7 +537,11 @@ class SQLiteChatStorage(BaseStore):
     ) -> SessionPage:
         """The user's sessions, newest ``last_at`` first, ties by ``session_id`` ascending:
         one range read of the ``sessions_by_activity`` index (cost independent of how many
-        messages the sessions hold), plus one read of their agents.
+        messages the sessions hold), plus one read of their agents. ``last_at`` is the
+        session's last activity (deleting some of its messages does not lower it).
+
+        The session rows are checked against the per-key rows first (the user's rows of
+        both: counts, totals, types); rows that disagree are rebuilt from the messages.
 
         Raises:
             InvalidKeyError: ``user_id`` is not a valid key part.
@@ -493,11 +552,17 @@ class SQLiteChatStorage(BaseStore):
         check_page_limit(limit)
         after = check_cursor(cursor)
         conn = self._conn
-        conn.execute("BEGIN")  # the sessions and their agents from one snapshot
-        try:
-            return sessions.page(conn, user_id, limit, after)
-        finally:
-            conn.execute("COMMIT")
+        for attempt in range(2):
+            conn.execute("BEGIN")  # the check, the sessions and their agents: one snapshot
+            try:
+                if attempt or tallies.sessions_consistent(conn, user_id):
+                    return sessions.page(conn, user_id, limit, after)
+            finally:
+                conn.execute("COMMIT")
+            self._derived_unusable("session tally", f"user {user_id!r}", "disagrees with keys")
+            with transaction(conn):
+                tallies.rebuild_user(conn, user_id)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- SearchableStorage ---------------------------------------------------------------
 
@@ -513,10 +578,15 @@ class SQLiteChatStorage(BaseStore):
         check_key_part("user_id", user_id)
         terms = check_search_args(query, limit)
         conn = self._conn
-        while fts.stale(conn):  # index what was saved since the last search
+        try:
+            rows = self._search_rows(user_id, terms, limit)
+        except sqlite3.DatabaseError as exc:
+            if not fts.corruption(exc) or conn.in_transaction or not fts.broken(conn):
+                raise
+            self._derived_unusable("search index", self.describe(), exc)
             with transaction(conn):
-                fts.catch_up(conn)
-        rows = fts.search(conn, user_id, terms, limit)
+                fts.reset(conn)
+            rows = self._search_rows(user_id, terms, limit)
         wanted = set(terms)
         hits = []
         for (_, session_id, agent_id, _, score), message in zip(
@@ -525,6 +595,19 @@ class SQLiteChatStorage(BaseStore):
             snippet = make_snippet(message_search_text(message), wanted)
             hits.append(SearchHit(ChatKey(user_id, session_id, agent_id), message, snippet, -score))
         return hits
+
+    def _search_rows(
+        self, user_id: str, terms: list[str], limit: int
+    ) -> list[tuple[int, str, str, str, float]]:
+        conn = self._conn
+        if not fts.mark_valid(conn):  # the mark cannot be right: index everything again
+            self._derived_unusable("search index", self.describe(), "impossible index mark")
+            with transaction(conn):
+                fts.reset(conn)
+        while fts.stale(conn):  # index what was saved since the last search
+            with transaction(conn):
+                fts.catch_up(conn)
+        return fts.search(conn, user_id, terms, limit)
 
     # --- RecordStorage -------------------------------------------------------------------
 
@@ -559,7 +642,9 @@ class SQLiteChatStorage(BaseStore):
     async def purge(self, *, now: datetime | None = None) -> int:
         """Delete messages older than ``now - retention`` (``now`` default: the clock) with
         the checkpoints of their keys (each key touched starts a new epoch); records stay.
-        The erased text is gone from the files afterwards, as after ``delete``.
+        The erased text is gone from the files afterwards, as after ``delete``. Tool groups
+        go whole: when any message of an assistant's tool calls and their results is older
+        than the cut-off, the whole group goes (never a result without its call).
 
         Returns:
             How many messages were deleted (0 without ``retention``).
@@ -587,10 +672,14 @@ class SQLiteChatStorage(BaseStore):
         assert self.retention is not None
         self._last_purge = now.timestamp()
         cutoff = to_us(now - timedelta(seconds=self.retention))
-        with transaction(self._conn) as conn:
-            seqs = retention.purge(conn, cutoff)
+
+        def purge() -> list[int]:
+            with transaction(self._conn) as conn:
+                return retention.purge(conn, cutoff, self._cache.decode_rows)
+
+        seqs = self._index_repaired(purge)
         if not seqs:
             return 0
         self._cache.discard(seqs)
-        self._erase(conn)
+        self._erase(self._conn)
         return len(seqs)

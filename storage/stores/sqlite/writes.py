@@ -9,7 +9,7 @@ by sequence never misses a row committed later with a smaller number).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -63,9 +63,13 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def append(
-    conn: sqlite3.Connection, key: ChatKey, batch: Sequence[ChatMessage]
+    conn: sqlite3.Connection,
+    key: ChatKey,
+    batch: Sequence[ChatMessage],
+    unusable: Callable[[str, object, object], None] | None = None,
 ) -> tuple[list[ChatMessage], list[int]]:
-    """Insert a prepared batch inside a transaction, with its tallies.
+    """Insert a prepared batch inside a transaction, with its tallies (a tally found missing
+    is rebuilt from the messages and reported through ``unusable``).
 
     Returns:
         The newly stored messages (ids already stored for the key are skipped) and their
@@ -111,7 +115,8 @@ def append(
             return [], []
         first_us = min(row[4] for row in kept)
         last_us = max(row[4] for row in kept)
-    tallies.add(conn, key, len(stored), first_us, last_us)
+    if not tallies.add(conn, key, len(stored), first_us, last_us) and unusable is not None:
+        unusable("head", key, "a per-key or per-session tally was missing")
     return stored, seqs
 
 

@@ -479,3 +479,53 @@ def test_the_encryption_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     for row in ("| fetch 1000 (warm) |", "| fetch 1000 (cold) |", "| save 1 |", "Target:"):
         assert row in out
+
+
+async def test_a_checkpoint_that_does_not_decrypt_never_hides_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tampered checkpoint ciphertext is a derived record: ignored (counted, logged), the
+    view rebuilt from the raw record by every instance, and replaced by the next summary."""
+    monkeypatch.setenv("CHATLAYERS_MASTER_KEYS", MASTER)
+    url = (
+        "summarize?trigger_at=2&keep_last=1::"
+        f"encrypt?create_keyring=true&keyring={tmp_path / 'keys.db'}::"
+        f"sqlite:///{tmp_path / 'chats.db'}"
+    )
+    first = open_storage(url)
+    for n in range(4):
+        await first.save(KEY, ChatMessage("user", f"question {n}"))
+        await first.save(KEY, ChatMessage("assistant", f"answer {n}"))
+    assert (await first.fetch(KEY))[0].is_summary
+    base = first.base
+    stored = await base.load_checkpoint(KEY)  # type: ignore[attr-defined]
+    assert stored is not None
+    token = stored.messages[0].content
+    assert isinstance(token, str)
+    assert is_token(token)
+    flipped = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
+    broken = attrs.evolve(
+        stored, messages=(attrs.evolve(stored.messages[0], content=flipped), *stored.messages[1:])
+    )
+    assert await base.save_checkpoint(  # type: ignore[attr-defined]
+        KEY, broken, expected_version=stored.version
+    )
+    raw = [m.message.text for m in await first.fetch_all_chats(KEY.user_id, KEY.session_id)]
+
+    second = open_storage(url)  # another worker, cold
+    encrypt = second.find(EncryptingChatStorage)
+    assert encrypt is not None
+    view = await second.fetch(KEY)
+    assert encrypt.corrupt_derived >= 1  # each read that met it counts
+    # Rebuilt from the raw record: every raw message is there, or summarized anew.
+    texts = [m.text for m in view]
+    assert view[0].is_summary or texts == raw
+    await second.save(KEY, ChatMessage("user", "question 4"))
+    await second.save(KEY, ChatMessage("assistant", "answer 4"))
+    assert (await second.fetch(KEY))[0].is_summary
+    replaced = await encrypt.load_checkpoint(KEY)
+    assert replaced is not None
+    assert replaced.version > stored.version + 1
+    assert (await open_storage(url).fetch(KEY))[0].is_summary
+    await first.aclose()
+    await second.aclose()

@@ -14,6 +14,7 @@ from storage import open_storage
 from storage.errors import ConfigError
 from storage.history import check_tool_pairs
 from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.summarizing.header import SEPARATOR
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -58,13 +59,16 @@ class Counting:
 
 
 def assert_group_view(view: list[ChatMessage]) -> None:
-    """Pinned prompt first, then the summary, then the request verbatim, no split group."""
-    assert (view[0].id, view[0].role, view[0].content) == (SYSTEM.id, "system", SYSTEM.content)
-    assert view[1].is_summary
-    assert "Summary of the earlier conversation" in view[1].text
-    assert (view[2].id, view[2].role, view[2].content) == (REQUEST.id, "user", REQUEST.content)
-    assert view[3].role == "assistant"
-    assert view[3].tool_calls
+    """One leading message (the pinned prompt unchanged, then the summary), then the request
+    verbatim, no split group."""
+    assert (view[0].id, view[0].role) == (SYSTEM.id, "system")
+    assert view[0].is_summary
+    assert isinstance(SYSTEM.content, str)
+    assert view[0].text.startswith(SYSTEM.content + SEPARATOR)
+    assert "Summary of the earlier conversation" in view[0].text
+    assert (view[1].id, view[1].role, view[1].content) == (REQUEST.id, "user", REQUEST.content)
+    assert view[2].role == "assistant"
+    assert view[2].tool_calls
     check_tool_pairs(view)
 
 
@@ -73,7 +77,8 @@ def assert_group_view(view: list[ChatMessage]) -> None:
 
 async def test_the_600_pair_agent_turn_stays_bounded_with_bounded_calls() -> None:
     """Before issue 13: 1,200 calls, no summary, a buffer of 1,221 messages. Bound (see the
-    layer's docstring): at most ``n // (threshold - keep - 3) + 1`` calls."""
+    layer's docstring): at most ``n // (threshold - keep - 1) + 1`` calls (the opener is the
+    one message after the header a compaction keeps besides the kept groups)."""
     summarizer = Counting()
     base = InMemoryChatStorage()
     layer = SummarizingChatStorage(base, summarizer, trigger_at=5)
@@ -84,13 +89,13 @@ async def test_the_600_pair_agent_turn_stays_bounded_with_bounded_calls() -> Non
         view = await layer.fetch(KEY)
         largest = max(largest, len(view))
         check_tool_pairs(view)
-    assert largest <= 10  # the budget: trigger_at * 2 messages, after every save
-    assert summarizer.calls <= len(history) // (10 - 2 - 3) + 1
+    assert largest <= 10 + 1  # the budget: trigger_at * 2 messages after the leading one
+    assert summarizer.calls <= len(history) // (10 - 2 - 1) + 1
     assert layer.summaries_made == summarizer.calls > 100
     assert_group_view(view)
     assert [m.id for m in view[-2:]] == [m.id for m in history[-2:]]  # newest group verbatim
-    assert "step599" not in view[1].text
-    assert "bash" in view[1].text
+    assert "step599" not in view[0].text
+    assert "bash" in view[0].text
     assert [m.id for m in await base.fetch(KEY)] == [m.id for m in history]  # raw untouched
 
 
@@ -122,6 +127,7 @@ async def test_a_new_user_turn_summarizes_the_long_turn_and_drops_its_copy() -> 
     assert_group_view(await layer.fetch(KEY))
     follow_up = [
         ChatMessage("user", "Now run the whole suite."),
+        *group(96),
         *group(97),
         *group(98),
         *group(99),
@@ -130,10 +136,10 @@ async def test_a_new_user_turn_summarizes_the_long_turn_and_drops_its_copy() -> 
         await layer.save(KEY, message)
     view = await layer.fetch(KEY)
     assert view[0].id == SYSTEM.id
-    assert view[1].is_summary
+    assert view[0].is_summary
     assert REQUEST.id not in {m.id for m in view}  # its turn is summarized now
-    assert "fix parser.py" in view[1].text.lower()
-    assert [m.id for m in view[2:]] == [m.id for m in follow_up]
+    assert "fix parser.py" in view[0].text.lower()
+    assert [m.id for m in view[1:]] == [m.id for m in follow_up]
 
 
 async def test_a_result_that_cannot_shrink_is_not_retried_on_every_save() -> None:
@@ -174,7 +180,7 @@ async def test_token_budget_keeps_the_view_under_trigger_tokens() -> None:
     assert layer.summaries_made > 5
     assert worst <= 1500 + 3  # the reply primer
     assert_group_view(view)
-    assert count_tokens(view[3:]) <= 400 + 200  # the kept groups: about keep_tokens
+    assert count_tokens(view[2:]) <= 400 + 200  # the kept groups: about keep_tokens
 
 
 async def test_tokens_are_counted_once_per_message_never_the_whole_buffer(
@@ -274,7 +280,7 @@ async def test_trimming_first_then_a_summary_when_trimming_is_not_enough() -> No
     assert summarizer.calls >= 1
     assert layer.summaries_made >= 1
     assert view[0].id == SYSTEM.id
-    assert view[1].is_summary
+    assert view[0].is_summary
     raw = await layer.inner.fetch(KEY)
     # About the budget: the summary's own size is the summarizer's (2,000 characters here).
     assert count_tokens(view) < 1500 < count_tokens(raw) // 10

@@ -14,6 +14,7 @@ from storage.config.registry import Registry
 from storage.errors import ConfigError
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.message import ChatKey, ChatMessage
+from storage.stores.memory import InMemoryChatStorage
 from tests.layers.summarizing.test_layer import FakeSummarizer, pairs
 from tests.paths import REPO
 
@@ -131,3 +132,38 @@ async def test_production_config_runs_coherent_shared_summaries(
     finally:
         for w in workers:
             await w.aclose()
+
+
+def test_a_bad_summarizing_option_is_a_config_error_from_code_and_url() -> None:
+    with pytest.raises(ConfigError, match="trigger_at must be >= 1"):
+        SummarizingChatStorage(InMemoryChatStorage(), trigger_at=0)
+    with pytest.raises(ConfigError, match="trim_tool_results"):
+        SummarizingChatStorage(InMemoryChatStorage(), trim_tool_results=5)
+    with pytest.raises(ConfigError, match="keep_last"):
+        open_storage("summarize?keep_last=-1::memory://")
+    with pytest.raises(ConfigError, match="lease_ttl"):
+        open_storage(
+            {"store": {"url": "memory://"}, "layers": [{"type": "summarize", "lease_ttl": 0}]}
+        )
+
+
+def test_trigger_fraction_with_a_declared_context_window() -> None:
+    layer = SummarizingChatStorage(
+        InMemoryChatStorage(),
+        trigger_fraction=0.5,
+        model="hosted_vllm/my-model",
+        context_window=32_768,
+    )
+    assert layer.trigger_tokens == 16_384
+    with pytest.raises(ConfigError, match="context_window="):
+        SummarizingChatStorage(
+            InMemoryChatStorage(), trigger_fraction=0.5, model="ollama/my-finetune-7b"
+        )
+    stack = open_storage(
+        "summarize?trigger_fraction=0.25&model=ollama/llama3&context_window=8192::memory://"
+    )
+    found = stack.find(SummarizingChatStorage)
+    assert found is not None
+    assert found.trigger_tokens == 2048
+    with pytest.raises(ConfigError, match="context_window"):
+        SummarizingChatStorage(InMemoryChatStorage(), context_window=8192)

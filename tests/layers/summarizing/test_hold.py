@@ -16,6 +16,7 @@ import pytest
 
 from storage.cli.conversation_file import read_conversations
 from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.summarizing.header import SEPARATOR, framed
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.pii import PIIScrubber
@@ -186,32 +187,39 @@ async def test_every_instance_takes_the_same_hold_decision(
 async def test_a_held_view_is_compacted_again_when_a_new_turn_allows_cutting(
     summaries: str,
 ) -> None:
-    """The last two turns alone are over the budget: the compaction cannot get under it and
-    holds the key. A new turn moves the cut, so the next save compacts again (before: held
-    until ``step`` more messages, serving 7 messages over a budget of 4)."""
+    """The last two turns alone are over the budget (4 messages after the leading one): the
+    compaction cannot get under it and holds the key. A new turn moves the cut, so the next
+    save compacts again (before: held until ``step`` more messages)."""
     summarizer = Counting()
     layer = SummarizingChatStorage(
         InMemoryChatStorage(), summarizer, trigger_at=2, keep_last=2, summaries=summaries
     )
-    turns = [[ChatMessage("user", f"q{n}"), ChatMessage("assistant", f"a{n}")] for n in range(3)]
+    turns = [
+        [
+            ChatMessage("user", f"q{n}"),
+            ChatMessage("assistant", f"a{n}"),
+            ChatMessage("assistant", f"b{n}"),
+        ]
+        for n in range(3)
+    ]
     stored = await layer.save_messages(KEY, [SYSTEM, *[m for t in turns for m in t]])
     view = await layer.fetch(KEY)
     assert summarizer.calls == 1
-    assert [m.text for m in view[2:]] == ["q1", "a1", "q2", "a2"]  # over budget, held
+    assert [m.text for m in view[1:]] == ["q1", "a1", "b1", "q2", "a2", "b2"]  # held
     await layer.save(KEY, ChatMessage("assistant", "more"))  # no new turn: still held
     assert summarizer.calls == 1
     await layer.save(KEY, ChatMessage("user", "q3"))
     view = await layer.fetch(KEY)
     assert summarizer.calls == 2
-    assert view[0] == stored[0]
-    assert view[1].is_summary
-    assert [m.text for m in view[2:]] == ["q2", "a2", "more", "q3"]
+    assert view[0].id == stored[0].id  # the one leading message: the prompt, the summary
+    assert view[0].is_summary
+    assert [m.text for m in view[1:]] == ["q2", "a2", "b2", "more", "q3"]
 
 
 # --- item 2: verbatim copies are the raw messages ---------------------------------------------
 
 
-async def test_pinned_prompt_and_verbatim_copies_in_the_view_are_not_summaries(
+async def test_the_pinned_prompt_leads_the_one_header_and_verbatim_copies_are_raw(
     tmp_path: Path,
 ) -> None:
     key, messages = tau_conversation()
@@ -220,13 +228,13 @@ async def test_pinned_prompt_and_verbatim_copies_in_the_view_are_not_summaries(
         await layer.save(key, message)
     view = await layer.fetch(key)
     raw = await layer.inner.fetch(key)
-    assert view[0] == raw[0]  # the airline policy, exactly as stored
-    assert view[0].role == "system"
-    assert not view[0].is_summary
-    assert "chatlayers" not in view[0].metadata
+    # The airline policy, exactly as stored, first in the one leading message.
+    assert (view[0].id, view[0].role) == (raw[0].id, "system")
+    assert view[0].text.startswith(raw[0].text + SEPARATOR)
+    assert view[0].is_summary
     assert [m.is_summary for m in view].count(True) == 1
-    assert view[1].is_summary
-    assert "hold" not in view[1].metadata["chatlayers"]  # bookkeeping stays in the store
+    assert "hold" not in view[0].metadata["chatlayers"]  # bookkeeping stays in the store
+    assert all(m == next(r for r in raw if r.id == m.id) for m in view[1:])
     # A restart serves the same view.
     again = stack(tmp_path / "v.db", Counting(), {"trigger_tokens": 4000})
     assert await again.fetch(key) == view
@@ -250,9 +258,9 @@ async def test_a_long_turns_opener_and_trimmed_results_come_back_as_raw() -> Non
     view = await layer.fetch(KEY)
     raw = {m.id: m for m in await base.fetch(KEY)}
     summaries = [m for m in view if m.is_summary]
-    assert len(summaries) == 1
-    assert view[0] == raw[SYSTEM.id]
-    assert not view[0].is_summary
+    assert summaries == [view[0]]  # the prompt and the summary: one leading message
+    assert view[0].id == SYSTEM.id
+    assert view[0].text.startswith(f"{SYSTEM.text}{SEPARATOR}")
     assert [m for m in view if m.id == request.id] == [raw[request.id]]
     for message in view:
         if message.is_summary:
@@ -304,16 +312,14 @@ async def test_manual_compact_keeps_the_pinned_prompt_first(
         KEY, [prompt, ChatMessage("user", "hi"), ChatMessage("assistant", "hello")]
     )
     view = await layer.compact(KEY, summary="The user greeted us.")
-    assert len(view) == 2
-    assert view[0] == stored[0]  # unchanged, first
-    assert view[0].role == role
-    assert not view[0].is_summary
-    assert view[1].is_summary
-    assert view[1].text == "The user greeted us."
+    assert len(view) == 1  # one leading message: the prompt unchanged first, the summary
+    assert (view[0].id, view[0].role) == (stored[0].id, role)
+    assert view[0].is_summary
+    assert view[0].text == f"{stored[0].text}{SEPARATOR}{framed('The user greeted us.')}"
     assert await layer.fetch(KEY) == view
     await layer.save(KEY, ChatMessage("user", "next"))
     after = await layer.fetch(KEY)
-    assert after[:2] == view
+    assert after[:1] == view
     if summaries == "store":
         again = SummarizingChatStorage(SQLiteChatStorage(tmp_path / "m.db"), Counting())
         assert await again.fetch(KEY) == after

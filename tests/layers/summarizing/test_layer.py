@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.errors import SummarizerError
-from storage.history import last_turns_start
+from storage.history import last_turns_start, turn_window
 from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.summarizing.header import header_messages
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
@@ -86,7 +87,8 @@ async def test_rule1_cold_key_is_pure_delegation() -> None:
     layer, raw = stack(fake, trigger_at=3)
     stored = await layer.save_messages(KEY, pairs(3))  # 6 messages: not more than 6
     assert await layer.fetch(KEY) == stored == await raw.fetch(KEY)
-    assert await layer.fetch(KEY, limit=3) == await raw.fetch(KEY, limit=3)
+    # A window of the view starts at a turn boundary (the base store's starts at a1).
+    assert await layer.fetch(KEY, limit=3) == turn_window(await raw.fetch(KEY), 3) == stored[-2:]
     assert fake.calls == []
     assert not layer.is_active(KEY)
 
@@ -154,14 +156,18 @@ async def test_rule3_active_save_appends_and_resummarizes() -> None:
     new = await layer.save(KEY, ChatMessage("user", "q3"))
     assert (await layer.fetch(KEY))[-1] == new[0]
     assert len(fake.calls) == 1
-    await layer.save(KEY, ChatMessage("assistant", "a3"))  # buffer now 5 > 4: summarize at once
+    await layer.save(KEY, ChatMessage("assistant", "a3"))  # 4 after the leading summary
+    assert len(fake.calls) == 1
+    await layer.save(KEY, ChatMessage("user", "q4"))  # 5 > 4: summarize at once
     assert len(fake.calls) == 2
     view = await layer.fetch(KEY)
     assert view[0].is_summary
-    assert [m.text for m in view[1:]] == ["q3", "a3"]
+    assert [m.text for m in view[1:]] == ["q4"]
     assert fake.calls[1][0].is_summary  # the prior summary is passed on
-    assert len(await raw.fetch(KEY)) == 8
-    assert [m.text for m in await layer.fetch(KEY, limit=1)] == ["a3"]
+    assert len(await raw.fetch(KEY)) == 9
+    window = await layer.fetch(KEY, limit=1)  # the leading summary, then the newest turn
+    assert window[0].is_summary
+    assert [m.text for m in window[1:]] == ["q4"]
 
 
 async def test_rule3_buffer_holds_what_inner_returned() -> None:
@@ -214,7 +220,8 @@ async def test_rule5_saves_during_slow_summarizer_all_kept() -> None:
     late: list[ChatMessage] = []
 
     async def trigger() -> None:
-        await layer.save_messages(KEY, pairs(1, start=10))  # 5 > 4: summarizes, waits on gate
+        # 2 + 4 messages after the leading summary > 4: summarizes, waits on the gate
+        await layer.save_messages(KEY, pairs(2, start=10))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(trigger)
@@ -227,7 +234,7 @@ async def test_rule5_saves_during_slow_summarizer_all_kept() -> None:
     view = await layer.fetch(KEY)
     assert view[-3:] == late
     assert len(fake.calls) >= 2
-    assert len(await raw.fetch(KEY)) == 6 + 2 + 3
+    assert len(await raw.fetch(KEY)) == 6 + 4 + 3
 
 
 async def test_rule5_saves_during_slow_activation_kept() -> None:
@@ -257,17 +264,17 @@ async def test_rule6_failing_summarizer_loses_nothing_and_retries() -> None:
     before = await layer.fetch(KEY)
     fake.fail = ConnectionError("rate limited")
     with pytest.raises(SummarizerError) as info:
-        await layer.save_messages(KEY, pairs(1, start=7))
+        await layer.save_messages(KEY, pairs(2, start=7))  # 6 after the summary > 4
     assert isinstance(info.value.__cause__, ConnectionError)
     view = await layer.fetch(KEY)
     assert view[: len(before)] == before
-    assert [m.text for m in view[len(before) :]] == ["q7", "a7"]
-    assert [m.text for m in await raw.fetch(KEY)][-2:] == ["q7", "a7"]
+    assert [m.text for m in view[len(before) :]] == ["q7", "a7", "q8", "a8"]
+    assert [m.text for m in await raw.fetch(KEY)][-4:] == ["q7", "a7", "q8", "a8"]
     fake.fail = None
-    await layer.save(KEY, ChatMessage("user", "q8"))  # the next trigger retries
+    await layer.save(KEY, ChatMessage("user", "q9"))  # the next trigger retries
     view = await layer.fetch(KEY)
     assert view[0].is_summary
-    assert [m.text for m in view[1:]] == ["q8"]
+    assert [m.text for m in view[1:]] == ["q9"]
     assert layer.summary_failures == 1
 
 
@@ -291,13 +298,13 @@ async def test_rule7_bad_result_refused_buffer_unchanged(bad: str) -> None:
     layer, _ = stack(fake)
     await layer.save_messages(KEY, pairs(3))
     await layer.fetch(KEY)
-    await layer.save(KEY, ChatMessage("user", "q5"))
-    before = await layer.fetch(KEY)
+    await layer.save_messages(KEY, [ChatMessage("user", "q5"), ChatMessage("assistant", "a5")])
+    before = await layer.fetch(KEY)  # 4 after the leading summary: at the trigger
     fake.bad = bad
     with pytest.raises(SummarizerError):
-        await layer.save(KEY, ChatMessage("assistant", "a5"))
+        await layer.save(KEY, ChatMessage("user", "q6"))
     assert await layer.fetch(KEY) == [*before, (await layer.fetch(KEY))[-1]]
-    assert (await layer.fetch(KEY))[-1].text == "a5"
+    assert (await layer.fetch(KEY))[-1].text == "q6"
 
 
 async def test_rule7_activation_with_bad_result_stays_cold() -> None:
@@ -350,7 +357,8 @@ async def test_tool_turns_never_split_by_summary() -> None:
     await layer.save_messages(KEY, messages)
     view = await layer.fetch(KEY)
     assert [m.role for m in view] == ["system", "user", "assistant", "tool", "assistant"]
-    assert [m.role for m in await layer.fetch(KEY, limit=2)] == ["assistant"]
+    # The leading summary, then the turn's request and its newest group that fit in 2.
+    assert [m.role for m in await layer.fetch(KEY, limit=2)] == ["system", "user", "assistant"]
 
 
 def test_bad_parameters_refused() -> None:
@@ -381,10 +389,16 @@ class Reference:
     def turns(buffer: list[ChatMessage]) -> int:
         return sum(1 for m in buffer if m.role == "user" and not m.is_summary)
 
+    @staticmethod
+    def size(buffer: list[ChatMessage]) -> int:
+        """Pairs count the messages after the leading summary."""
+        return len(buffer) - 1 if buffer and buffer[0].role == "system" else len(buffer)
+
     def summarize(self, history: list[ChatMessage]) -> list[ChatMessage]:
         start = last_turns_start(history, self.keep_last)
         result = [summary(f"summary of {start} messages"), *history[start:]]
-        self.hold = len(result) + self.step if len(result) > self.threshold else 0
+        over = self.size(result) > self.threshold
+        self.hold = self.size(result) + self.step if over else 0
         self.hold_turns = self.turns(result)
         return result
 
@@ -392,17 +406,22 @@ class Reference:
         self.raw += stored
         if self.buffer is not None:
             self.buffer += stored
-            if len(self.buffer) > self.threshold and (
-                len(self.buffer) >= self.hold or self.turns(self.buffer) > self.hold_turns
+            if self.size(self.buffer) > self.threshold and (
+                self.size(self.buffer) >= self.hold or self.turns(self.buffer) > self.hold_turns
             ):
                 self.buffer = self.summarize(self.buffer)
 
-    def fetch(self) -> list[ChatMessage]:
+    def fetch(self, limit: int | None) -> list[ChatMessage]:
+        """The view: the summary framed as the view shows it, the window by turns."""
         if self.buffer is None:
             if len(self.raw) <= self.threshold:
-                return list(self.raw)
+                return turn_window(self.raw, limit)
             self.buffer = self.summarize(self.raw)
-        return list(self.buffer)
+        view = list(self.buffer)
+        made = next((n for n, m in enumerate(view) if not m.is_summary), len(view))
+        if made:  # every leading summary in the one leading message
+            view[:made] = header_messages(None, view[:made])
+        return turn_window(view, limit)
 
 
 operation = st.one_of(
@@ -454,10 +473,7 @@ def test_property_matches_reference_model(
             else:
                 limit = arg
                 view = await layer.fetch(KEY, limit=limit)  # type: ignore[arg-type]
-                expected = model.fetch()
-                from storage.history import safe_window
-
-                assert texts(view) == texts(safe_window(expected, limit))  # type: ignore[arg-type]
+                assert texts(view) == texts(model.fetch(limit))  # type: ignore[arg-type]
             # the raw store always holds exactly what was saved
             assert await raw.fetch(KEY) == model.raw
 

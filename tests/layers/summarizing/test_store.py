@@ -27,6 +27,8 @@ from storage.abilities import (
 from storage.errors import ConfigError, ConflictError, InvalidArgumentError, SummarizerError
 from storage.history import check_tool_pairs
 from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.summarizing.cutting import view_form
+from storage.layers.summarizing.header import framed
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
@@ -90,7 +92,8 @@ async def test_summary_is_a_checkpoint_beside_the_untouched_raw_record() -> None
     assert await store.fetch(KEY) == stored  # the raw record is never written by summarizing
     checkpoint = await store.load_checkpoint(KEY)
     assert checkpoint is not None
-    assert list(checkpoint.messages) == view[:1]
+    assert view_form(checkpoint.messages) == view[:1]  # as the view shows it: framed
+    assert checkpoint.messages[0].text == "summary of 4 messages"  # stored as made
     tail = await store.fetch_since(KEY, 0)
     assert checkpoint.covers_to == tail.seqs[3]  # q0 a0 q1 a1 covered; q2 a2 kept
     assert checkpoint.summarizer == "FakeSummarizer"
@@ -107,7 +110,7 @@ async def test_restarted_worker_serves_the_same_view_with_no_summarizer_call() -
     before = await layer.fetch(KEY)
     restarted = layer_over(store, fake)
     assert await restarted.fetch(KEY) == before
-    assert await restarted.fetch(KEY, limit=1) == before[-1:]
+    assert await restarted.fetch(KEY, limit=1) == [before[0], before[-1]]  # + the summary
     assert len(fake.calls) == 1
     assert restarted.checkpoints_loaded == 1
     assert restarted.summaries_made == 0
@@ -125,7 +128,7 @@ async def test_checkpoint_passes_through_the_transforming_layer_below() -> None:
     layer = layer_over(TransformingChatStorage(store, upper), fake)
     await layer.save_messages(KEY, pairs(3))
     view = await layer.fetch(KEY)
-    assert view[0].text == "SUMMARY OF 4 MESSAGES"  # the summary was transformed on its way
+    assert view[0].text == framed("SUMMARY OF 4 MESSAGES")  # transformed on its way
     checkpoint = await store.load_checkpoint(KEY)
     assert checkpoint is not None
     assert checkpoint.messages[0].text == "SUMMARY OF 4 MESSAGES"
@@ -291,12 +294,12 @@ async def test_raise_mode_keeps_the_seed_contract() -> None:
     view = await layer.fetch(KEY)
     assert view[0].is_summary
     fake.fail = ConnectionError("down again")
-    await layer.save(KEY, ChatMessage("user", "q3"))
-    with pytest.raises(SummarizerError):
-        await layer.save(KEY, ChatMessage("assistant", "a3"))
-    assert [m.text for m in (await layer.fetch(KEY))[-2:]] == ["q3", "a3"]  # nothing dropped
+    await layer.save_messages(KEY, [ChatMessage("user", "q3"), ChatMessage("assistant", "a3")])
+    with pytest.raises(SummarizerError):  # 5 messages after the leading summary > 4
+        await layer.save(KEY, ChatMessage("user", "q4"))
+    assert [m.text for m in (await layer.fetch(KEY))[-3:]] == ["q3", "a3", "q4"]  # all kept
     assert await store.fetch(KEY) == [*stored, *(await store.fetch(KEY))[6:]]
-    assert len(await store.fetch(KEY)) == 8
+    assert len(await store.fetch(KEY)) == 9
     assert layer.summary_failures == 3
 
 
@@ -323,7 +326,8 @@ async def test_fallback_serves_the_newest_raw_window_then_retries_with_backoff(
         # the newest trigger_at * 2 = 4 messages, tool call and result together
         assert [m.text for m in view] == ["book", "", "ok", "booked"]
         check_tool_pairs(view)
-        assert [m.text for m in await layer.fetch(KEY, limit=2)] == ["booked"]  # pair-safe
+        # The turn's request, then its newest group that fits: starts right, pair-safe.
+        assert [m.text for m in await layer.fetch(KEY, limit=2)] == ["book", "booked"]
         assert len(fake.calls) == 1
         await layer.save(KEY, ChatMessage("user", "q9"))  # within the backoff: no call
         await layer.fetch(KEY)
@@ -377,7 +381,7 @@ async def test_compact_summarizes_now_and_installs_a_given_summary() -> None:
     assert view[1:] == stored[-2:]
     assert await layer.fetch(KEY) == view
     view = await layer.compact(KEY, summary="The user asked about q0 and q1.")
-    assert [m.text for m in view] == ["The user asked about q0 and q1."]
+    assert [m.text for m in view] == [framed("The user asked about q0 and q1.")]
     assert view[0].is_summary
     assert view[0].role == "system"
     restarted = layer_over(store, fake, trigger_at=10)
@@ -409,7 +413,7 @@ async def test_compact_in_memory_mode() -> None:
     view = await layer.compact(KEY)
     assert view[0].is_summary
     assert await layer.fetch(KEY) == view
-    assert [m.text for m in await layer.compact(KEY, summary="gist")] == ["gist"]
+    assert [m.text for m in await layer.compact(KEY, summary="gist")] == [framed("gist")]
     fake.fail = RuntimeError("down")
     fallback = layer_over(InMemoryChatStorage(), fake, summaries="memory", on_error="fallback")
     await fallback.save_messages(KEY, pairs(2))

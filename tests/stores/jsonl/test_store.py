@@ -191,9 +191,10 @@ async def test_delete_removes_files_and_empty_directories(tmp_path: Path) -> Non
             await store.save(key, ChatMessage("user", "x"))
         await store.delete(long_key)
         session_dir = root / "u" / "s"
-        assert sorted(os.listdir(session_dir)) == [".lock", "a.jsonl", "b.jsonl"]
+        # The session's last activity (the deleted key's message) stays in its summary.
+        assert sorted(os.listdir(session_dir)) == [".lock", ".summary", "a.jsonl", "b.jsonl"]
         await store.delete(KEY)
-        assert sorted(os.listdir(session_dir)) == [".lock", "b.jsonl"]
+        assert sorted(os.listdir(session_dir)) == [".lock", ".summary", "b.jsonl"]
         await store.delete(other)
         assert not (root / "u").exists()  # the session and the user directory went with it
         await store.delete(other)

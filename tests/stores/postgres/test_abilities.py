@@ -458,7 +458,7 @@ async def test_list_sessions_summary_follows_writes_and_deletes(
         ("a",),
         1,
         early,
-        early,
+        late,  # the session's last activity stays: a listing cursor never meets it again
     )
     await store.delete_user("ana")
     assert (await store.list_sessions("ana")).sessions == ()

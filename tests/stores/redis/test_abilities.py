@@ -371,13 +371,17 @@ async def test_list_sessions_pages_like_the_memory_store(store: RedisChatStorage
     assert first.message_count == 2
     assert first.first_at == T0 - timedelta(days=1)
     assert "records-only" not in {s.session_id for s in everything}
-    # A delete moves a session back to its remaining activity; delete_user empties it all.
+    # Deleting a conversation keeps the session's last activity (its place in the listing,
+    # so a cursor that passed it never meets it again); delete_user empties it all.
+    before = [s.session_id for s in everything]
     for s in (store, memory):
         await s.delete(ChatKey("u", "s0/", "agent0"))
     assert await _pages(store, "u", 2) == await _pages(memory, "u", 2)
     (everything,) = await _pages(store, "u", 50)
-    assert everything[-1].session_id == "s0/"
-    assert everything[-1].last_at == T0 - timedelta(days=1)
+    assert [s.session_id for s in everything] == before
+    kept = next(s for s in everything if s.session_id == "s0/")
+    assert (kept.agents, kept.message_count) == (("agent9",), 1)
+    assert kept.last_at == first.last_at
     await store.delete_user("u")
     assert (await store.list_sessions("u")).sessions == ()
     assert len((await store.list_sessions("someone else")).sessions) == 1

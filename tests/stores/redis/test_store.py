@@ -70,8 +70,10 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
 
 
 def _keys(client: redis.Redis, prefix: str) -> list[str]:
+    """The prefix's keys holding conversation data (not the format marker ``P:format``)."""
     # Inspection only (the store itself never scans).
-    return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
+    found = (k.decode() for k in client.scan_iter(match=f"{prefix}:*", count=1000))
+    return sorted(k for k in found if k != f"{prefix}:format")
 
 
 def _index(client: redis.Redis, key: str) -> set[str]:
@@ -83,7 +85,8 @@ def _cluster_keys(cluster: RedisCluster, prefix: str) -> dict[int, list[str]]:
     out = {}
     for node in cluster.nodes:
         client = redis.Redis(host="127.0.0.1", port=node.port)
-        out[node.port] = sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*"))
+        found = (k.decode() for k in client.scan_iter(match=f"{prefix}:*"))
+        out[node.port] = sorted(k for k in found if k != f"{prefix}:format")
         client.close()
     return out
 

@@ -1,0 +1,88 @@
+"""PostgreSQL search matches words exactly as every other store does: each normalized word
+reaches the text-search parser as one lexeme it keeps unchanged
+(:func:`storage.stores.postgres.text.search_term`), checked against the server's own parser;
+a database whose words were made the older way is re-indexed once on open."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage.message import ChatKey, ChatMessage
+from storage.search import tokenize
+from storage.stores.postgres import PostgresChatStorage
+from storage.stores.postgres.schema import SEARCH_WORDS
+from storage.stores.postgres.text import search_term
+
+pytest_plugins = ["tests.servers"]
+pytestmark = pytest.mark.postgres
+
+KEY = ChatKey("words", "s", "a")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # asyncpg
+
+
+@pytest.fixture
+async def conn(postgres_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    c = await asyncpg.connect(postgres_dsn)
+    yield c
+    await c.close()
+
+
+@pytest.mark.anyio
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(text=st.text(min_size=1, max_size=40) | st.from_regex(r"[a-z0-9_]{1,12}", fullmatch=True))
+async def test_every_word_reaches_the_parser_whole(conn: asyncpg.Connection, text: str) -> None:
+    for word in tokenize(text):
+        term = search_term(word)
+        lexemes = await conn.fetchval("SELECT tsvector_to_array(to_tsvector('simple', $1))", term)
+        assert lexemes == [term], (word, term, lexemes)
+
+
+@pytest.mark.anyio
+async def test_underscored_words_are_not_split(postgres_dsn: str) -> None:
+    async with PostgresChatStorage(postgres_dsn, schema=f"w_{uuid.uuid4().hex[:12]}") as store:
+        (keyed,) = await store.save(KEY, ChatMessage("user", "rotate my_api_key today"))
+        (plain,) = await store.save(KEY, ChatMessage("user", "the api of my key"))
+        assert {h.message.id for h in await store.search("words", "api")} == {plain.id}
+        assert {h.message.id for h in await store.search("words", "my_api_key")} == {keyed.id}
+        assert {h.message.id for h in await store.search("words", "Müller")} == set()
+
+
+@pytest.mark.anyio
+async def test_words_made_the_older_way_are_made_again_on_open(
+    postgres_dsn: str, conn: asyncpg.Connection
+) -> None:
+    schema = f"w_{uuid.uuid4().hex[:12]}"
+    async with PostgresChatStorage(postgres_dsn, schema=schema) as store:
+        (keyed,) = await store.save(KEY, ChatMessage("user", "rotate my_api_key today"))
+        (plain,) = await store.save(KEY, ChatMessage("user", "the api of my key"))
+    t = f'"{schema}".chatlayers_messages'
+    # What the previous release stored: the parser's own split, no mark on the column.
+    await conn.execute(
+        f"UPDATE {t} SET search = to_tsvector('simple', 'rotate my_api_key today') "
+        "WHERE message_id = $1",
+        keyed.id,
+    )
+    await conn.execute(f"COMMENT ON COLUMN {t}.search IS NULL")
+    async with PostgresChatStorage(postgres_dsn, schema=schema) as store:
+        assert {h.message.id for h in await store.search("words", "api")} == {plain.id}
+        assert {h.message.id for h in await store.search("words", "my_api_key")} == {keyed.id}
+    comment = await conn.fetchval(
+        "SELECT col_description(to_regclass($1), a.attnum) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass($1) AND a.attname = 'search'",
+        t,
+    )
+    assert comment == SEARCH_WORDS
