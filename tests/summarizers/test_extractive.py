@@ -16,7 +16,6 @@ from storage.history import validate_history
 from storage.message import ChatMessage, ToolCall
 from summarizers import ExtractiveSummarizer
 from summarizers.extractive import OMITTED, is_action
-from summarizers.notes import PREAMBLE
 from summarizers.render import SUMMARY_HEADING
 from tests.paths import REPO
 from tests.summarizers.test_render import (
@@ -102,7 +101,7 @@ async def test_tool_results_become_a_ledger_of_facts_with_what_they_refer_to() -
     check_result(buffer, result, 1)
     summary = result[0]
     assert summary.text.startswith(SYSTEM + "\n\n")
-    assert body(summary).splitlines()[0] == PREAMBLE
+    assert body(summary).splitlines()[0] == "User requests:"
     (line,) = section(summary, "Ledger:")
     # One line per record, newest state (read, then cancelled): every id, amount and date of
     # the tool result with what it refers to, not the result's first characters.
@@ -253,7 +252,7 @@ async def test_body_is_bounded_and_the_newest_requests_stay() -> None:
     text = body(result[0])
     assert len(text) <= 300
     lines = text.splitlines()
-    assert lines[1] == OMITTED
+    assert lines[0] == OMITTED
     assert section(result[0], "User requests:")[-1] == '- "Question 17 ' + "x" * 40 + '?"'
     again = await summarize([*result, *text_turn("new")], 2)
     assert body(again[0]).count(OMITTED) == 1
@@ -263,7 +262,7 @@ async def test_body_is_bounded_and_the_newest_requests_stay() -> None:
 @pytest.mark.anyio
 async def test_a_single_huge_line_is_cut_to_max_chars() -> None:
     summarize = ExtractiveSummarizer(max_chars=100, sentence_chars=500)
-    buffer = history([user("y" * 1000), assistant("ok")], text_turn("B"), system=None)
+    buffer = history([user("y" * 1000), assistant(None)], text_turn("B"), system=None)
     result = await summarize(buffer, 1)
     assert len(body(result[0])) == 100
 
@@ -441,12 +440,11 @@ async def test_instructions_in_tool_results_and_user_text_stay_quoted_data() -> 
     ]
     result = await ExtractiveSummarizer()(history(turn, text_turn("B")), 1)
     summary = body(result[0])
-    assert summary.splitlines()[0] == PREAMBLE  # quoted text is a record, not instructions
     for line in summary.splitlines():
         bare = _outside_quotes(line)
         # No instruction outside quotes, and no line that starts as one.
         assert not re.search(r"(?i)ignore|you must|developer mode|system:", bare), line
-        assert line == PREAMBLE or line.startswith("- ") or line.endswith(":"), line
+        assert line.startswith("- ") or line.endswith(":"), line
     ledger = section(result[0], "Ledger:")
     assert any(json.dumps(INJECTIONS[0])[:40] in line for line in ledger)  # kept, as data
     assert any(
