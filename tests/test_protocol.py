@@ -26,6 +26,7 @@ from storage.abilities import (
 )
 from storage.config import Stack
 from storage.layers.summarizing import SummarizingChatStorage
+from storage.layers.strict import StrictViewChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import AgentMessage, ChatKey, ChatMessage
 from storage.protocol import PROTOCOL_METHODS, ChatStorage, ChatStorageWrapper
@@ -91,6 +92,7 @@ LAYERS: dict[str, Any] = {
     "encrypting": _encrypting,
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
+    "strict": lambda inner: StrictViewChatStorage(inner),
 }
 
 
