@@ -25,8 +25,8 @@ from storage.abilities import (
     find_ability,
 )
 from storage.config import Stack
-from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.strict import StrictViewChatStorage
+from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import AgentMessage, ChatKey, ChatMessage
 from storage.protocol import PROTOCOL_METHODS, ChatStorage, ChatStorageWrapper
