@@ -25,6 +25,7 @@ from storage.abilities import (
     find_ability,
 )
 from storage.config import Stack
+from storage.layers.strict import StrictViewChatStorage
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import AgentMessage, ChatKey, ChatMessage
@@ -91,6 +92,7 @@ LAYERS: dict[str, Any] = {
     "encrypting": _encrypting,
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
+    "strict": lambda inner: StrictViewChatStorage(inner),
 }
 
 

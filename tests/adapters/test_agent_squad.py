@@ -377,7 +377,7 @@ async def test_agent_squad_orchestrator_over_a_scrubbed_summarized_sqlite_stack(
         assert [len(history) for history in histories] == [0, 2, 4, 3]
         summary, *recent = histories[-1]
         assert summary[0] == "user"  # agent-squad histories have no system role
-        assert summary[1].startswith("Summary of the earlier conversation")
+        assert "<conversation_summary>" in summary[1]  # the framed summary, as a user turn
         # The turn kept verbatim is the third tech turn as stored (scrubbed).
         raw = await stack.inner.fetch(ChatKey(user, "session-1", "tech"))
         assert recent == [(m.role, m.text) for m in raw[4:6]]
