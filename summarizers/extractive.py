@@ -49,7 +49,14 @@ from summarizers.render import (
     source_text,
 )
 
-__all__ = ["OMITTED", "SUMMARY_ROLES", "ExtractiveSummarizer", "is_action", "request_text"]
+__all__ = [
+    "OMITTED",
+    "SUMMARY_ROLES",
+    "ExtractiveSummarizer",
+    "is_action",
+    "request_text",
+    "result_text",
+]
 
 SUMMARY_ROLES: Final = frozenset({"system", "user", "assistant"})
 OMITTED: Final = "- … (older lines omitted)"
@@ -126,7 +133,7 @@ _ACTION_VERBS: Final = frozenset(
 )
 _ERROR: Final = re.compile(r"^\W*(error|failed|failure|exception|denied|invalid|not )", re.I)
 _MARKUP: Final = re.compile(r"\*\*|__|`+|^#+\s*", re.MULTILINE)  # markdown emphasis, headings
-_TOOL_TEXT: Final = 120  # characters of a non-JSON tool result kept, quoted
+_TOOL_TEXT: Final = 100  # characters of a non-JSON tool result kept, quoted
 
 
 def request_text(text: str, limit: int) -> str:
@@ -313,7 +320,7 @@ class ExtractiveSummarizer:
                 outcome = "(no result)"
             else:
                 failed = "failed: " if _ERROR.match(text) else ""
-                outcome = failed + quote(text, _TOOL_TEXT)
+                outcome = failed + quote(result_text(text, _TOOL_TEXT))
             line = f"{call.name}({_arguments(call, previous)}) -> {outcome}"
             notes.add("done", line)
             _note_sources(line, message.id, sources)
@@ -321,7 +328,7 @@ class ExtractiveSummarizer:
             # A read whose result is not a record: one entry named after the call (a think
             # call's thought is among the assistant's lines).
             label = f"{name}({_arguments(call)})" if call is not None else name
-            result = quote(text, _TOOL_TEXT) if value is None and text.strip() else ""
+            result = quote(result_text(text, _TOOL_TEXT)) if value is None and text.strip() else ""
             if value is not None:
                 result = compact_value(value)
             entries = [Entry(label.replace(": ", ":"), result or "(no result)", message.id, True)]
@@ -350,6 +357,22 @@ def _arguments(
     changed = {k: v for k, v in parsed.items() if label_of(str(k)) is not None or last.get(k) != v}
     same = len(changed) < len(parsed)
     return compact_value(changed) + (", rest as before" if same else "")
+
+
+def result_text(text: str, limit: int) -> str:
+    """What a tool result that is not JSON says, in at most ``limit`` characters: all of it
+    when short, else its lines and sentences that state a fact (an id, an amount, a date), in
+    order, else its opening."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    picked: list[str] = []
+    size = 0
+    for piece in _sentences(text):
+        if has_fact(piece) and size + len(piece) + 1 <= limit:
+            picked.append(" ".join(piece.split()))
+            size += len(picked[-1]) + 1
+    return " … ".join(picked) if picked else shorten(flat, limit)
 
 
 def _identities(call: ToolCall) -> str:
