@@ -26,8 +26,8 @@ becomes ``transforms`` (defining only some of them is a ``TypeError``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Literal, TypeVar, cast
 
 import attrs
 
@@ -197,15 +197,19 @@ def settle(cls: type, *, install: bool = True) -> Abilities:
     return declared
 
 
-def find_ability(stack: object, ability: type[A]) -> A | None:
+def find_ability(stack: object, ability: Callable[..., A]) -> A | None:
     """``stack`` typed as ``ability`` when every component of its ``.inner`` chain has it.
+
+    ``ability`` is a protocol class (``find_ability(stack, SessionListing)``); it is typed
+    as a callable so that a user's ``mypy --strict`` accepts a protocol there (``type[A]``
+    would be refused as abstract).
 
     A layer has an ability when its declaration passes or transforms it (``Abilities``); a
     store (any component without a declaration) when it has the ability's methods. A layer
     that hides an ability hides it from the whole stack: calling it on a lower component
     would bypass that layer (a scrubber, an encrypting layer).
     """
-    if stack is None or not offered_through(stack, ability):
+    if stack is None or not offered_through(stack, cast(type, ability)):
         return None
     found: A = stack  # type: ignore[assignment]
     return found

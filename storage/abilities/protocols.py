@@ -68,9 +68,12 @@ if TYPE_CHECKING:
 else:
 
     class _AbilityMeta(type(Protocol)):
-        """Protocols whose ``isinstance`` follows the stack rule (:func:`offered_through`)."""
+        """Protocols whose ``isinstance`` of a layer follows the stack rule
+        (:func:`offered_through`); of anything else it is typing's structural check."""
 
         def __instancecheck__(cls, instance: object) -> bool:
+            if getattr(type(instance), "__chatlayers_abilities__", None) is None:
+                return _structural(cls, instance)
             return offered_through(instance, cls)
 
 
