@@ -11,17 +11,8 @@ import pytest
 
 from storage import open_storage
 from storage.abilities import (
-    Abilities,
-    CheckpointStorage,
     ConversationRecord,
-    DescribableStorage,
-    ListableStorage,
     RecordStorage,
-    ReplaceableStorage,
-    RetentionStorage,
-    SearchableStorage,
-    SequencedStorage,
-    SessionListing,
     SummaryCheckpoint,
     find_ability,
 )
@@ -44,19 +35,7 @@ def summary(text: str) -> ChatMessage:
 class Marking(PayloadLayer):
     """Prefixes message text and wraps record data on the way down, undoes both on the way
     up; a message whose text is ``"lost"`` does not come up (as a value sealed with a
-    destroyed key)."""
-
-    abilities = Abilities(
-        passes=(ListableStorage, SessionListing, RetentionStorage),
-        transforms=(
-            DescribableStorage,
-            SequencedStorage,
-            CheckpointStorage,
-            ReplaceableStorage,
-            SearchableStorage,
-            RecordStorage,
-        ),
-    )
+    destroyed key). Its declaration is PayloadLayer's."""
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
