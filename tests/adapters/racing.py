@@ -4,14 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from storage.abilities import ForwardRecords, ForwardReplace, ForwardSequenced, Tail
+from storage.abilities import (
+    ABILITIES,
+    Abilities,
+    DescribableStorage,
+    ListableStorage,
+    RecordStorage,
+    ReplaceableStorage,
+    SequencedStorage,
+    Tail,
+    forward,
+)
 from storage.message import ChatKey
 from storage.protocol import ChatStorage, ChatStorageWrapper
 
+_OFFERED = (ListableStorage, ReplaceableStorage, RecordStorage)
 
-class AppendsAfterRead(ForwardSequenced, ForwardReplace, ForwardRecords, ChatStorageWrapper):
+
+class AppendsAfterRead(ChatStorageWrapper):
     """Runs ``interloper`` right after the record is read, ``times`` times: another worker's
     append landing between an edit's read and its write."""
+
+    abilities = Abilities(
+        passes=_OFFERED,
+        transforms=(DescribableStorage, SequencedStorage),
+        hides=tuple(
+            a for a in ABILITIES if a not in (*_OFFERED, DescribableStorage, SequencedStorage)
+        ),
+    )
+    head = forward(SequencedStorage.head)
 
     def __init__(
         self, inner: ChatStorage, interloper: Callable[[], Awaitable[None]], times: int = 1

@@ -53,12 +53,16 @@ import attrs
 from anyio.abc import TaskGroup
 
 from storage.abilities import (
+    Abilities,
     CheckpointStorage,
-    ForwardRecords,
-    ForwardRetention,
-    ForwardSearch,
-    ForwardSequenced,
-    ForwardSessions,
+    DescribableStorage,
+    ListableStorage,
+    RecordStorage,
+    ReplaceableStorage,
+    RetentionStorage,
+    SearchableStorage,
+    SequencedStorage,
+    SessionListing,
     SummaryCheckpoint,
     find_ability,
 )
@@ -117,14 +121,7 @@ def _check_limit(limit: object) -> int | None:
     return limit
 
 
-class SummarizingChatStorage(
-    ForwardSequenced,
-    ForwardSessions,
-    ForwardSearch,
-    ForwardRecords,
-    ForwardRetention,
-    ChatStorageWrapper,
-):
+class SummarizingChatStorage(ChatStorageWrapper):
     """Serve a summarized view of long histories; the inner store keeps every raw message.
 
     Args:
@@ -235,6 +232,19 @@ class SummarizingChatStorage(
             of a ``background=True`` layer that was not entered (``async with layer:``),
             before anything is written.
     """
+
+    # It consumes checkpoints (never offers them) and forwards the raw record's head and tail.
+    abilities = Abilities(
+        passes=(
+            ListableStorage,
+            SequencedStorage,
+            SessionListing,
+            SearchableStorage,
+            RecordStorage,
+        ),
+        transforms=(DescribableStorage, ReplaceableStorage, RetentionStorage),
+        hides=(CheckpointStorage,),
+    )
 
     def __init__(
         self,
