@@ -25,13 +25,12 @@ user's keys can match another's pattern.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Final
 from urllib.parse import quote, unquote
 
 from storage.errors import CorruptRecordError, InvalidKeyError
 from storage.message import ChatKey
+from storage.stores.times import from_us, to_us
 
 __all__ = [
     "KeyNames",
@@ -45,9 +44,6 @@ __all__ = [
     "part",
     "to_us",
 ]
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_US: Final = timedelta(microseconds=1)
 
 
 def glob_escape(text: str) -> str:
@@ -106,15 +102,6 @@ def entry(raw: bytes) -> tuple[int, bytes]:
 def entries(joined: bytes) -> list[bytes]:
     """The entries of a read script's reply (joined by newlines; JSON holds none)."""
     return joined.split(b"\n") if joined else []
-
-
-def to_us(moment: datetime) -> int:
-    """Exact microseconds since the Unix epoch."""
-    return (moment - _EPOCH) // _US
-
-
-def from_us(us: int) -> datetime:
-    return _EPOCH + us * _US
 
 
 class KeyNames:
