@@ -110,7 +110,13 @@ class TransformingChatStorage(
 
     # --- abilities that carry messages ---------------------------------------------------
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         """Transform ``messages`` like ``save_messages``, then replace the inner record.
 
         Raises:
@@ -118,7 +124,9 @@ class TransformingChatStorage(
                 or the transformed one is not (a dropped call orphaning its result).
         """
         transformed = await self._apply(key, validate_history(list(messages), system="anywhere"))
-        result: list[ChatMessage] = await self.inner.replace(key, transformed)
+        result: list[ChatMessage] = await self.inner.replace(
+            key, transformed, expected_version=expected_version
+        )
         return result
 
     async def save_messages_if(

@@ -176,7 +176,13 @@ class SealedAbilities(RecordsAndVault):
 
     # --- ReplaceableStorage --------------------------------------------------------------
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         """Validate and encrypt ``messages``, then replace the inner record atomically.
 
         Raises:
@@ -188,7 +194,9 @@ class SealedAbilities(RecordsAndVault):
         async def write(data_key: DataKey) -> list[ChatMessage]:
             await self._flush_vault(key, data_key)
             sealed = self._seal(data_key, key, batch)
-            stored: list[ChatMessage] = await self._below.replace(key, sealed)
+            stored: list[ChatMessage] = await self._below.replace(
+                key, sealed, expected_version=expected_version
+            )
             self._cache.views.pop(key, None)
             return self._as_stored(data_key, key, batch, stored)
 
