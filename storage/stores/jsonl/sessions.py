@@ -37,8 +37,8 @@ from storage.abilities import SessionInfo
 from storage.stores.jsonl.fsutil import O_READ, listdir, write_atomic
 from storage.stores.jsonl.lines import parse_time, read_lines, scan
 from storage.stores.jsonl.locks import WouldBlock, flock
-from storage.stores.jsonl.names import DATA_SUFFIX, SUMMARY_NAME, Paths, encode_name, session_paths
-from storage.stores.jsonl.tree import agent_of, session_of
+from storage.stores.jsonl.names import SUMMARY_NAME, Paths, encode_name, session_paths
+from storage.stores.jsonl.tree import agent_of, data_files, session_of
 from storage.stores.times import from_us
 
 _FORMAT: Final = 1
@@ -180,8 +180,8 @@ def summarize_session(session_dir: str) -> tuple[SessionSummary, bool]:
     """
     cached = read_summary(session_dir)
     out: dict[str, FileSummary] = {}
-    for name, path, listed in data_files(session_dir):
-        entry = summarize_file(path, cached.files.get(name), listed)
+    for name, path, st in data_files(session_dir):
+        entry = summarize_file(path, cached.files.get(name), (st.st_dev, st.st_ino, st.st_size))
         if entry is not None:
             out[name] = entry
     return SessionSummary(out, cached.active), out != cached.files
@@ -213,24 +213,6 @@ def keep_activity(session_dir: str, active: int) -> None:
     if not needed and not os.path.exists(os.path.join(session_dir, SUMMARY_NAME)):
         return  # the files tell it all: no summary needed
     _write(session_dir, SessionSummary(summary.files, needed))
-
-
-def data_files(session_dir: str) -> list[tuple[str, str, tuple[int, int, int]]]:
-    """``(name, path, (dev, ino, size))`` of every data file of a session directory."""
-    out = []
-    try:
-        entries = list(os.scandir(session_dir))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    for entry in entries:
-        name = entry.name
-        if name.endswith(DATA_SUFFIX) and not name.startswith("."):
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            out.append((name, entry.path, (st.st_dev, st.st_ino, st.st_size)))
-    return out
 
 
 def store_summary(paths: Paths, summary: SessionSummary) -> None:

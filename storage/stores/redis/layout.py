@@ -134,6 +134,11 @@ class KeyNames:
         self.agents = f"{base}a"
         self.session = f"{base}s"
 
+    def of(self, fields: tuple[str, ...]) -> list[str]:
+        """The names of ``fields`` (``"messages"``, ``"head"``, ...), in that order: the keys
+        a script takes (:mod:`.scripts`' ``*_KEYS``)."""
+        return [getattr(self, field) for field in fields]
+
 
 class Layout:
     """Key names under one prefix."""

@@ -56,6 +56,35 @@ local function kept_last(skey, base, akey)
   return now
 end
 
+-- After a key of the session lost messages: the session's next index version, whether it
+-- still has agents, and its last activity (kept; the session hash goes when none is left).
+local function after_removal(skey, base, akey)
+  local v = bump(skey)
+  local exists = redis.call('EXISTS', akey) == 1
+  local st = 0
+  if exists then
+    st = kept_last(skey, base, akey)
+    redis.call('HSET', skey, 't', fmt(st))
+  else
+    redis.call('DEL', skey)
+  end
+  return v, exists, st
+end
+
+-- Append a message entry to the list ``lkey``, numbered from the session's counter; its seq.
+local function push(lkey, skey, record)
+  local seq = redis.call('HINCRBY', skey, 'q', 1)
+  redis.call('RPUSH', lkey, seq .. ' ' .. record)
+  return seq
+end
+
+-- The oldest and newest times of a range (nil: empty) widened to ``at``.
+local function widen(first, newest, at)
+  if not first or at < first then first = at end
+  if not newest or at > newest then newest = at end
+  return first, newest
+end
+
 local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+) ')) end
 
 -- The session's sequence counter, rebuilt (above every entry and record of the session and

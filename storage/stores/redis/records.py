@@ -21,13 +21,7 @@ async def save(ctx: RedisContext, key: ChatKey, record: ConversationRecord) -> C
     """Store ``record`` (``created_at`` set) in one script; the stored one when its id is
     stored already."""
     names = ctx.layout.key(key)
-    keys = [
-        names.records,
-        names.agents,
-        names.session,
-        names.messages,
-        *ctx.index_keys(key.user_id),
-    ]
+    keys = [*names.of(scripts.SAVE_RECORD_KEYS), *ctx.index_keys(key.user_id)]
     await ctx.register(key.user_id, names.member, 0)
     payload = encode_record(record, REDIS_RECORD)
     reply = await ctx.redis.eval(

@@ -34,6 +34,7 @@ from storage.stores.redis.lua import Script, script
 __all__ = [
     "ACQUIRE_LEASE",
     "DELETE",
+    "DELETE_KEYS",
     "FETCH",
     "DELETE_SESSION",
     "FETCH_SESSION",
@@ -44,13 +45,19 @@ __all__ = [
     "RELEASE_LEASE",
     "REPAIR_HEAD",
     "REPLACE",
+    "REPLACE_KEYS",
     "SAVE",
     "SAVE_CHECKPOINT",
+    "SAVE_KEYS",
     "SAVE_RECORD",
+    "SAVE_RECORD_KEYS",
     "SESSION_INFO",
     "Script",
 ]
 
+
+#: The key names :data:`SAVE` takes first (``KeyNames`` fields), then the index's.
+SAVE_KEYS: Final = ("messages", "ids", "head", "agents", "session", "checkpoint", "records")
 
 # KEYS: m, i, h, a, s, c, r [, x, y]. ARGV: ttl_ms, agent, new epoch, expected version ("":
 # none), session member, base, then (id, record, at_us) per message.
@@ -89,13 +96,9 @@ if not st then st = session_last(ARGV[6], KEYS[4]); rebuilt = 1 end
 local stored = {}
 for k = 7, #ARGV, 3 do
   if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
-    local seq = redis.call('HINCRBY', KEYS[5], 'q', 1)
-    redis.call('RPUSH', KEYS[1], seq .. ' ' .. ARGV[k + 1])
-    last = seq
+    last = push(KEYS[1], KEYS[5], ARGV[k + 1])
     n = n + 1
-    local at = tonumber(ARGV[k + 2])
-    if not first or at < first then first = at end
-    if not newest or at > newest then newest = at end
+    first, newest = widen(first, newest, tonumber(ARGV[k + 2]))
     stored[#stored + 1] = (k - 4) / 3
   end
 end
@@ -213,6 +216,18 @@ return {s[1] or '0', s[2] or '0', out, broken}
 """,
 )
 
+#: The key names :data:`DELETE` takes first.
+DELETE_KEYS: Final = (
+    "messages",
+    "ids",
+    "head",
+    "checkpoint",
+    "records",
+    "lease",
+    "agents",
+    "session",
+)
+
 # KEYS: m, i, h, c, r, l, a, s [, x, y]. ARGV: agent, base, session member, ttl_ms.
 # Erases one key. Returns {index version (0: nothing existed), session last µs, exists}.
 DELETE: Final = script(
@@ -221,15 +236,7 @@ DELETE: Final = script(
 local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 removed = removed + redis.call('SREM', KEYS[7], ARGV[1])
 if removed == 0 then return {0, 0, 0} end
-local v = bump(KEYS[8])
-local exists = redis.call('EXISTS', KEYS[7]) == 1
-local st = 0
-if exists then
-  st = kept_last(KEYS[8], ARGV[2], KEYS[7])
-  redis.call('HSET', KEYS[8], 't', fmt(st))
-else
-  redis.call('DEL', KEYS[8])
-end
+local v, exists, st = after_removal(KEYS[8], ARGV[2], KEYS[7])
 if KEYS[9] then index(KEYS[9], KEYS[10], ARGV[3], v, st, exists, tonumber(ARGV[4])) end
 return {v, st, exists and 1 or 0}
 """,
@@ -253,6 +260,9 @@ return v
 """,
 )
 
+#: The key names :data:`REPLACE` takes first.
+REPLACE_KEYS: Final = ("messages", "ids", "head", "checkpoint", "records", "agents", "session")
+
 # KEYS: m, i, h, c, r, a, s [, x, y]. ARGV: ttl_ms, agent, new epoch, base, session member,
 # expected version ("": none), then (id, record, at_us) per message. Replaces the key's
 # messages in a new epoch, only if the key's version (as in SAVE) is the expected one; drops
@@ -271,14 +281,10 @@ counter(KEYS[7], ARGV[4], KEYS[6], KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local n, last, first, newest = 0, 0, nil, nil
 for k = 7, #ARGV, 3 do
-  local seq = redis.call('HINCRBY', KEYS[7], 'q', 1)
   redis.call('SADD', KEYS[2], ARGV[k])
-  redis.call('RPUSH', KEYS[1], seq .. ' ' .. ARGV[k + 1])
-  last = seq
+  last = push(KEYS[1], KEYS[7], ARGV[k + 1])
   n = n + 1
-  local at = tonumber(ARGV[k + 2])
-  if not first or at < first then first = at end
-  if not newest or at > newest then newest = at end
+  first, newest = widen(first, newest, tonumber(ARGV[k + 2]))
 end
 if n > 0 then
   redis.call('HSET', KEYS[3], 'e', ARGV[3], 'l', fmt(last), 'n', fmt(n), 'f', fmt(first),
@@ -287,15 +293,7 @@ if n > 0 then
 elseif redis.call('EXISTS', KEYS[5]) == 0 then
   redis.call('SREM', KEYS[6], ARGV[2])
 end
-local v = bump(KEYS[7])
-local exists = redis.call('EXISTS', KEYS[6]) == 1
-local st = 0
-if exists then
-  st = kept_last(KEYS[7], ARGV[4], KEYS[6])
-  redis.call('HSET', KEYS[7], 't', fmt(st))
-else
-  redis.call('DEL', KEYS[7])
-end
+local v, exists, st = after_removal(KEYS[7], ARGV[4], KEYS[6])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   for k = 1, 7 do redis.call('PEXPIRE', KEYS[k], ttl) end
@@ -369,6 +367,9 @@ end
 return 0
 """,
 )
+
+#: The key names :data:`SAVE_RECORD` takes first.
+SAVE_RECORD_KEYS: Final = ("records", "agents", "session", "messages")
 
 # KEYS: r, a, s, m [, x, y]. ARGV: id, json, agent, session member, ttl_ms, base.
 # Returns {1, stored entry} when the id is stored already, else {0, seq, index version,

@@ -42,16 +42,7 @@ async def save(
         ConflictError: the key's version is not ``expected_version`` (nothing stored).
     """
     names = ctx.layout.key(key)
-    keys = [
-        names.messages,
-        names.ids,
-        names.head,
-        names.agents,
-        names.session,
-        names.checkpoint,
-        names.records,
-        *ctx.index_keys(key.user_id),
-    ]
+    keys = [*names.of(scripts.SAVE_KEYS), *ctx.index_keys(key.user_id)]
     args = [ctx.ttl, names.agent, new_epoch(), expected_version, names.member, names.base]
     args += message_args(batch)
     await ctx.register(key.user_id, names.member, _newest(batch))
@@ -105,16 +96,7 @@ async def replace(
     if expected_version == "":
         raise conflict(key, expected_version)  # "" tells the script "no check"; no head has it
     names = ctx.layout.key(key)
-    keys = [
-        names.messages,
-        names.ids,
-        names.head,
-        names.checkpoint,
-        names.records,
-        names.agents,
-        names.session,
-        *ctx.index_keys(key.user_id),
-    ]
+    keys = [*names.of(scripts.REPLACE_KEYS), *ctx.index_keys(key.user_id)]
     args = [ctx.ttl, names.agent, new_epoch(), names.base, names.member, expected_version or ""]
     args += message_args(batch)
     if batch:
@@ -129,17 +111,7 @@ async def replace(
 async def delete_key(ctx: RedisContext, key: ChatKey) -> None:
     """Erase every key of one conversation (and its index entry when the session empties)."""
     names = ctx.layout.key(key)
-    keys = [
-        names.messages,
-        names.ids,
-        names.head,
-        names.checkpoint,
-        names.records,
-        names.lease,
-        names.agents,
-        names.session,
-        *ctx.index_keys(key.user_id),
-    ]
+    keys = [*names.of(scripts.DELETE_KEYS), *ctx.index_keys(key.user_id)]
     version, score, exists = await ctx.redis.eval(
         scripts.DELETE, keys, [names.agent, names.base, names.member, ctx.ttl]
     )
