@@ -92,6 +92,12 @@ def test_an_ability_is_offered_exactly_when_its_hooks_are_implemented() -> None:
     assert find_ability(Searching(), SearchableStorage) is not None
     assert find_ability(Searching(), SequencedStorage) is not None
 
+    class Hiding(Searching):
+        search = None  # a subclass may hide what its base offers
+
+    assert find_ability(Hiding(), SearchableStorage) is None
+    assert find_ability(Hiding(), SequencedStorage) is not None
+
 
 def test_a_store_implementing_part_of_an_ability_is_refused_when_its_class_is_made() -> None:
     with pytest.raises(TypeError, match="part of ReplaceableStorage: add _save_messages_if"):

@@ -5,7 +5,8 @@ A store offers an optional ability exactly when it implements that ability's hoo
 does not implement (they are ``None`` on the class, which is how a ``runtime_checkable``
 protocol is told "not this one"), so :func:`storage.abilities.find_ability` never finds a
 method that would raise ``NotImplementedError``. Implementing only some hooks of an ability
-is a ``TypeError`` when the class is made.
+is a ``TypeError`` when the class is made. A store class that sets a public method of an
+ability to ``None`` itself hides that ability, whatever its bases implement.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class BaseStore(
                 setattr(cls, name, translated(value))
         for ability, pairs in ABILITY_HOOKS.items():
             made = [_implements(cls, public, hook) for public, hook in pairs]
+            if any(vars(cls).get(public, ...) is None for public, _ in pairs):
+                made = [False] * len(pairs)  # the class hides the ability itself
             if all(made):
                 for public, _ in pairs:
                     if getattr(cls, public) is None:  # hidden by a base that lacked it
