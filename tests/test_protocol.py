@@ -210,7 +210,13 @@ class AbilityRecorder(Recorder):
     async def release_lease(self, key: ChatKey, owner: str) -> None:
         self.called.append("release_lease")
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         self.called.append("replace")
         return list(messages)
 
@@ -395,11 +401,3 @@ def test_errors_form_one_tree() -> None:
         "SummarizerError",
     ):
         assert issubclass(getattr(storage, name), storage.ChatStorageError)
-
-
-def test_store_base_wraps_ability_methods_only_for_stores_with_a_driver() -> None:
-    from storage.stores.memory import InMemoryChatStorage
-    from storage.stores.sqlite import SQLiteChatStorage
-
-    assert getattr(SQLiteChatStorage.head, "__chatlayers_translating__", False)
-    assert not getattr(InMemoryChatStorage.head, "__chatlayers_translating__", False)

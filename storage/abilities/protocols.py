@@ -155,13 +155,24 @@ class CheckpointStorage(SequencedStorage, Protocol):
 class ReplaceableStorage(Protocol, metaclass=_AbilityMeta):
     """A store that can replace a whole conversation and save only if nobody else wrote."""
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         """Atomically replace the key's record with ``messages`` (checked with
         ``validate_history(messages, system="anywhere")``: a record, like ``save``, may hold
         instruction messages mid-way); starts a new epoch and drops the checkpoint.
 
+        With ``expected_version`` (a ``Head.version`` read before), compare-and-replace: the
+        record is replaced only if ``head(key).version`` is still that, checked atomically
+        with the write, so an edit made from a read never erases a message appended after it.
+
         Raises:
             InvalidMessageError: ``messages`` is not a valid history (nothing changed).
+            ConflictError: the key's version is not ``expected_version`` (nothing changed).
         """
         ...
 

@@ -535,7 +535,13 @@ class SummarizingChatStorage(ChatStorageWrapper):
         )
         return await self._after_save(key, stored, generation)
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         """Atomically replace the key's raw record (the store drops its checkpoint); the
         cached view is dropped, so the next fetch is built from the new record.
 
@@ -545,7 +551,9 @@ class SummarizingChatStorage(ChatStorageWrapper):
         self._states.drop(key)
         inner: Any = self.inner
         try:
-            result: list[ChatMessage] = await inner.replace(key, messages)
+            result: list[ChatMessage] = await inner.replace(
+                key, messages, expected_version=expected_version
+            )
         finally:
             self._states.drop(key)
         return result
