@@ -249,10 +249,10 @@ class RetentionStorage(Protocol, metaclass=_AbilityMeta):
         clock), with the checkpoints of the keys they belonged to; return how many messages
         were deleted (0 when the store has no retention).
 
-        Tool groups go whole (:func:`storage.history.whole_tool_groups`): when any message
-        of an assistant's tool calls and their results is older than the cut-off, the whole
-        group goes, so the record never holds a result without its call or a call without
-        its results."""
+        What goes is widened by :func:`storage.purge.purge_mask`: tool groups go whole
+        (never a result without its call, or a call without its results), and when the
+        first message left would be the answer of a question that went, the messages up to
+        the next user message go too, so the record still starts with a user turn."""
         ...
 
 

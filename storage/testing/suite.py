@@ -17,6 +17,7 @@ from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
+from storage.testing.retention_tests import RetentionTests
 
 __all__ = ["ConformanceSuite"]
 
@@ -27,6 +28,7 @@ class ConformanceSuite(
     ReplaceTests,
     DifferentialTests,
     FaultTests,
+    RetentionTests,
     LayerPathTests,
     ReliabilityTests,
     EncryptionFaultTests,

@@ -16,10 +16,11 @@ class RetentionTemplate(StoreCore):
     async def purge(self, *, now: datetime | None = None) -> int:
         """Delete messages older than ``now - retention`` (default ``now``: the store's
         clock), with the checkpoints of the keys they belonged to (each key touched starts a
-        new epoch); records stay. Tool groups go whole
-        (:func:`storage.history.whole_tool_groups`): when any message of an assistant's tool
-        calls and their results is older than the cut-off, the whole group goes, so the
-        record never holds a result without its call or a call without its results.
+        new epoch); records stay. What goes is widened by :func:`storage.purge.purge_mask`:
+        tool groups go whole (never a result without its call, or a call without its
+        results), and when the first message left would be the answer of a question that
+        went, the messages up to the next user message go too, so the record still starts
+        with a user turn.
 
         Returns:
             How many messages were deleted (0 when the store has no ``retention``).

@@ -7,7 +7,8 @@ the key's checkpoint is removed after the rename (a crash between leaves a check
 old epoch, which is void). Readers see the old file or the new one. Lines kept are copied
 byte for byte without their batch marks (the rename makes the new file atomic as a whole).
 Whatever removes messages keeps the session's last activity (``sessions.keep_activity``), and
-a purge removes tool groups whole (:func:`storage.history.whole_tool_groups`).
+a purge removes tool groups whole and no orphaned answers stay at the front
+(:func:`storage.purge.purge_mask`).
 
 The entry points (:func:`replace_key`, :func:`delete_key`, :func:`delete_user`,
 :func:`purge_root`) take the session's flock themselves and run on a worker thread; each
@@ -20,8 +21,8 @@ import os
 from collections.abc import Callable
 
 from storage.abilities import Head
-from storage.history import whole_tool_groups
 from storage.message import ChatKey, ChatMessage
+from storage.purge import purge_mask
 from storage.stores.base import EMPTY_HEAD, conflict
 from storage.stores.epochs import new_epoch
 from storage.stores.jsonl.cache import LineCache
@@ -160,7 +161,7 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
     old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]
     if not any(old):
         return 0
-    drop, _ = whole_tool_groups(messages, old)  # tool groups go whole
+    drop, _ = purge_mask(messages, old)  # the whole record is here
     doomed = {id(m) for m, gone in zip(messages, drop, strict=True) if gone}
 
     def keep(item: Item) -> bool:

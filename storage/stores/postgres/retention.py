@@ -2,10 +2,9 @@
 
 Each key holding an old message (found through the ``created_at`` index) is purged in its
 own transaction under the key's row lock (the lock every writer of the key takes): its
-messages up to the newest old one are read, tool groups are widened whole
-(:func:`storage.history.whole_tool_groups`: when any message of an assistant's tool calls and
-their results is older than the cut-off, the whole group goes, so the record never holds a
-result without its call or a call without its results), the doomed rows are deleted, the
+messages up to the newest old one are read (and on while the answer depends on what
+follows), what goes is widened by :func:`storage.purge.purge_mask` (tool groups whole, no
+orphaned answers of a question that went at the front), the doomed rows are deleted, the
 key's checkpoint dropped, a new epoch started (every cache of it is stale) and its session's
 summary recomputed, keeping the session's last activity; a key left with no message and no
 record is removed. Writes call it automatically at most once per ``purge_interval`` per store
@@ -19,8 +18,8 @@ from typing import Any, Final
 
 from storage.codec import decode
 from storage.errors import ChatStorageError
-from storage.history import ends_tool_group, whole_tool_groups
 from storage.message import ChatMessage
+from storage.purge import purge_mask
 from storage.stores.postgres.context import PostgresContext
 
 __all__ = ["purge"]
@@ -54,11 +53,7 @@ async def _purge_key(ctx: PostgresContext, key: tuple[str, str, str], before: da
         if last_old is None:
             return 0
         rows = await conn.fetch(sql.purge_rows, *key, last_old)
-        messages = [_message(record) for _, _, record in rows]
-        drop, open_group = whole_tool_groups(messages, [at < before for _, at, _ in rows])
-        doomed = [row[0] for row, gone in zip(rows, drop, strict=True) if gone]
-        if open_group:  # the group that goes has results after the newest old message
-            doomed += await _trailing_results(ctx, conn, key, last_old)
+        doomed = await _doomed(ctx, conn, key, rows, before)
         active = await conn.fetchval(sql.session_last, key[0], key[1])
         await conn.execute(sql.purge_delete, *key, doomed)
         await conn.execute(sql.drop_checkpoint, *key)
@@ -70,19 +65,21 @@ async def _purge_key(ctx: PostgresContext, key: tuple[str, str, str], before: da
     return len(doomed)
 
 
-async def _trailing_results(
-    ctx: PostgresContext, conn: Any, key: tuple[str, str, str], after: int
+async def _doomed(
+    ctx: PostgresContext, conn: Any, key: tuple[str, str, str], rows: Any, before: datetime
 ) -> list[int]:
-    """The ``tool`` rows after ``after`` up to the next assistant message with calls."""
-    out: list[int] = []
-    while True:
-        more = await conn.fetch(ctx.sql.purge_more, *key, after, _CHUNK)
-        for seq, record in more:
-            message = _message(record)
-            if ends_tool_group(message):
-                return out
-            if message.role == "tool":
-                out.append(seq)
-        if len(more) < _CHUNK:
-            return out
-        after = more[-1][0]
+    """The key's sequence numbers the purge deletes (:func:`storage.purge.purge_mask`), read
+    on in chunks after the newest old message while the answer depends on what follows."""
+    seqs = [row[0] for row in rows]
+    messages = [_message(record) for _, _, record in rows]
+    old = [at < before for _, at, _ in rows]
+    drop, more = purge_mask(messages, old)
+    while more:
+        chunk = await conn.fetch(ctx.sql.purge_more, *key, seqs[-1], _CHUNK)
+        if not chunk:
+            break
+        seqs += [seq for seq, _ in chunk]
+        messages += [_message(record) for _, record in chunk]
+        old += [False] * len(chunk)
+        drop, more = purge_mask(messages, old)
+    return [seq for seq, gone in zip(seqs, drop, strict=True) if gone]
