@@ -32,6 +32,11 @@ def _cases(tmp: Path) -> list[tuple[Callable[..., object], dict[str, Any], str]]
     return [
         (InMemoryChatStorage, {"retention": "soon"}, "duration"),
         (InMemoryChatStorage, {"purge_interval": -1}, "duration"),
+        # A retention of zero would delete every message on the next write: refused alike.
+        (InMemoryChatStorage, {"retention": 0}, "duration"),
+        (lambda **o: SQLiteChatStorage(tmp / "x.db", **o), {"retention": "0s"}, "duration"),
+        (lambda **o: JsonlChatStorage(tmp / "j", **o), {"retention": 0}, "duration"),
+        (_postgres, {"retention": 0}, "duration"),
         (lambda **o: SQLiteChatStorage(tmp / "x.db", **o), {"busy_timeout": -1}, "busy_timeout"),
         (lambda **o: SQLiteChatStorage(tmp / "x.db", **o), {"cache_chars": -1}, "cache_chars"),
         (lambda **o: SQLiteChatStorage(tmp / "x.db", **o), {"synchronous": "x"}, "synchronous"),

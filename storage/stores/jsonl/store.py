@@ -28,7 +28,7 @@ from storage.abilities import (
     SummaryCheckpoint,
     Tail,
 )
-from storage.durations import Duration, parse_duration
+from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import InvalidArgumentError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.search import scan_search
@@ -129,7 +129,7 @@ class JsonlChatStorage(BaseStore):
         fsync_interval: Seconds = 1.0,
         max_cached_keys: PositiveCount = 1024,
         cache_bytes: Count = 32 * 1024 * 1024,
-        retention: Duration | None = None,
+        retention: PositiveDuration | None = None,
         purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -142,7 +142,7 @@ class JsonlChatStorage(BaseStore):
         self.fsync: FsyncPolicy = fsync
         self.fsync_interval = fsync_interval
         self.max_cached_keys = max_cached_keys
-        self.retention = parse_duration(retention) if retention is not None else None
+        self.retention = parse_positive_duration(retention) if retention is not None else None
         self.purge_interval = parse_duration(purge_interval)
         self._clock: Clock = clock
         try:

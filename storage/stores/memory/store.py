@@ -18,7 +18,7 @@ from storage.abilities import (
     SummaryCheckpoint,
     Tail,
 )
-from storage.durations import Duration, parse_duration
+from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import ConfigError
 from storage.history import safe_window
 from storage.message import ChatKey, ChatMessage
@@ -68,7 +68,7 @@ class InMemoryChatStorage(BaseStore):
     def __init__(
         self,
         *,
-        retention: Duration | None = None,
+        retention: PositiveDuration | None = None,
         purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -78,7 +78,7 @@ class InMemoryChatStorage(BaseStore):
         self._activity: dict[tuple[str, str], datetime] = {}
         self._leases: dict[ChatKey, tuple[str, float]] = {}
         self._seq = count(1)
-        self.retention = parse_duration(retention) if retention is not None else None
+        self.retention = parse_positive_duration(retention) if retention is not None else None
         self.purge_interval = parse_duration(purge_interval)
         self._clock: Clock = clock
 

@@ -35,7 +35,7 @@ from storage.abilities import (
     Tail,
 )
 from storage.codec import DecodeCache
-from storage.durations import Duration, parse_duration
+from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import BaseStore, SessionRow, conflict
@@ -125,7 +125,7 @@ class SQLiteChatStorage(BaseStore):
         busy_timeout: Seconds = 5.0,
         cache_chars: Count = _DEFAULT_CACHE_CHARS,
         create: bool = True,
-        retention: Duration | None = None,
+        retention: PositiveDuration | None = None,
         purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -137,7 +137,7 @@ class SQLiteChatStorage(BaseStore):
         self.synchronous = synchronous
         self.busy_timeout = float(checked("busy_timeout", busy_timeout, check_seconds))
         self.create = create
-        self.retention = parse_duration(retention) if retention is not None else None
+        self.retention = parse_positive_duration(retention) if retention is not None else None
         self.purge_interval = parse_duration(purge_interval)
         self._clock: Clock = clock
         self._cache = DecodeCache(checked("cache_chars", cache_chars, check_count))
