@@ -20,15 +20,15 @@ from typing import Any, Final
 
 from storage.errors import CorruptRecordError, SchemaVersionError
 from storage.message import (
-    _EMPTY,
-    _NAMED_FIELDS,
+    EMPTY_MAPPING,
+    NAMED_FIELDS,
     ChatMessage,
     ToolCall,
-    _freeze_content,
-    _freeze_mapping,
-    _trusted_message,
-    _trusted_tool_call,
+    freeze_content,
+    freeze_mapping,
     thaw,
+    trusted_message,
+    trusted_tool_call,
 )
 
 __all__ = ["FORMAT_VERSION", "DecodeCache", "check_format_version", "decode", "encode"]
@@ -112,17 +112,17 @@ def decode(text: str | bytes) -> ChatMessage:
                 present = _PRESENT.setdefault(t, frozenset(t))
         content = m.get("content")
         if content is not None and content.__class__ is not str:
-            content = _freeze_content(content)
+            content = freeze_content(content)
         calls = m.get("tool_calls")
         tool_calls: tuple[ToolCall, ...] = ()
         if calls:
             tool_calls = tuple([_tool_call(c) for c in calls])
-        extra = _EMPTY
-        if not _NAMED_FIELDS.issuperset(m):
-            extra = _freeze_mapping({k: v for k, v in m.items() if k not in _NAMED_FIELDS})
+        extra = EMPTY_MAPPING
+        if not NAMED_FIELDS.issuperset(m):
+            extra = freeze_mapping({k: v for k, v in m.items() if k not in NAMED_FIELDS})
         md = record.get("md")
         # The same values ChatMessage's converters would store, built without them (hot path).
-        return _trusted_message(
+        return trusted_message(
             m["role"],
             content,
             tool_calls,
@@ -130,7 +130,7 @@ def decode(text: str | bytes) -> ChatMessage:
             m.get("name"),
             record["id"],
             _fromiso(record["at"]),
-            _freeze_mapping(md) if md else _EMPTY,
+            freeze_mapping(md) if md else EMPTY_MAPPING,
             extra,
             present,
         )
@@ -156,7 +156,7 @@ def check_format_version(version: object, what: str) -> None:
 
 def _tool_call(data: dict[str, Any]) -> ToolCall:
     function = data["function"]
-    return _trusted_tool_call(
+    return trusted_tool_call(
         data["id"], function["name"], function["arguments"], data.get("type", "function")
     )
 

@@ -29,10 +29,8 @@ from storage.message import (
 __all__ = [
     "SystemPolicy",
     "check_tool_pairs",
-    "ends_tool_group",
     "prepare_batch",
     "drop_orphaned_results",
-    "whole_tool_groups",
     "last_turns_start",
     "safe_window",
     "split_turns",
@@ -389,44 +387,6 @@ def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:
     while start < end and window[start].role == "tool":
         start += 1
     return window[start:] if start else window
-
-
-def whole_tool_groups(
-    messages: Sequence[ChatMessage], drop: Sequence[bool]
-) -> tuple[list[bool], bool]:
-    """``drop`` (which of ``messages`` a retention purge deletes) widened to whole tool groups.
-
-    A tool group is an assistant message with tool calls and the ``tool`` results after it up
-    to the next assistant message with tool calls (the pairing rule of
-    :func:`check_tool_pairs`). A group goes whole when any of its messages goes, so a purge
-    never leaves a result without its call nor a call without its results: the cut-off
-    moves forward to the group's end, never back (nothing older than the retention period
-    stays).
-
-    Returns:
-        The widened mask, and whether the last group of ``messages`` goes: its results stored
-        after ``messages`` (a store that read only a prefix) must go too, up to the next
-        assistant message with tool calls (:func:`ends_tool_group`).
-    """
-    groups: list[int] = []  # per message: index of its group's call, or -1
-    current = -1
-    for index, message in enumerate(messages):
-        if message.role == "assistant" and message.tool_calls:
-            current = index
-            groups.append(index)
-        elif message.role == "tool":
-            groups.append(current)
-        else:
-            groups.append(-1)
-    doomed = {group for group, gone in zip(groups, drop, strict=True) if gone and group >= 0}
-    widened = [gone or group in doomed for group, gone in zip(groups, drop, strict=True)]
-    return widened, current >= 0 and current in doomed
-
-
-def ends_tool_group(message: ChatMessage) -> bool:
-    """Whether ``message`` starts a new tool group (an assistant message with tool calls), so
-    the results of the group before it end there (:func:`whole_tool_groups`)."""
-    return message.role == "assistant" and bool(message.tool_calls)
 
 
 def split_turns(

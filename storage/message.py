@@ -21,8 +21,10 @@ import attrs
 from storage.errors import InvalidKeyError, InvalidMessageError
 
 __all__ = [
+    "EMPTY_MAPPING",
     "INSTRUCTION_ROLES",
     "MAX_DEPTH",
+    "NAMED_FIELDS",
     "ROLES",
     "AgentMessage",
     "ChatKey",
@@ -33,7 +35,12 @@ __all__ = [
     "Role",
     "ToolCall",
     "freeze",
+    "freeze_content",
+    "freeze_mapping",
     "thaw",
+    "trusted_message",
+    "trusted_tool_call",
+    "with_created_at",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -53,9 +60,10 @@ Content = str | tuple[ContentPart, ...] | None
 #: What ``ChatMessage(content=...)`` accepts: text, ``None`` or any sequence of parts.
 ContentInput = str | Sequence[Mapping[str, Any]] | None
 
-# The OpenAI fields the model names; anything else goes to ``extra``.
-_NAMED_FIELDS: Final = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
-_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+#: The OpenAI fields the model names; anything else goes to ``extra``.
+NAMED_FIELDS: Final = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+#: The one empty read-only mapping (``metadata`` and ``extra`` when there is none).
+EMPTY_MAPPING: Final[Mapping[str, Any]] = MappingProxyType({})
 # Beyond this depth freeze/thaw switch from recursion to an explicit stack: shallow data (all
 # real data) keeps the fast recursive path, and no input can exhaust the call stack.
 _RECURSE_DEPTH: Final = 16
@@ -151,15 +159,18 @@ def thaw(value: Any) -> Any:
     return _thaw(value, 0)
 
 
-def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``metadata``/``extra`` in stored form: a read-only deep copy (the empty one for none)."""
     if not value:
-        return _EMPTY
+        return EMPTY_MAPPING
     if isinstance(value, MappingProxyType):
         return value
     return freeze(value)  # type: ignore[no-any-return]
 
 
-def _freeze_content(value: ContentInput) -> Content:
+def freeze_content(value: ContentInput) -> Content:
+    """``content`` in stored form: text and ``None`` as they are, parts as a tuple of
+    read-only mappings."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list | tuple):
@@ -231,14 +242,14 @@ class ChatMessage:
     """
 
     role: str
-    content: Content = attrs.field(default=None, converter=_freeze_content)
+    content: Content = attrs.field(default=None, converter=freeze_content)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_freeze_tool_calls)
     tool_call_id: str | None = None
     name: str | None = None
     id: str = attrs.field(factory=new_message_id)
     created_at: datetime | None = None
-    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze_mapping)
-    extra: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze_mapping)
+    metadata: Mapping[str, Any] = attrs.field(default=EMPTY_MAPPING, converter=freeze_mapping)
+    extra: Mapping[str, Any] = attrs.field(default=EMPTY_MAPPING, converter=freeze_mapping)
     present: frozenset[str] | None = None
 
     @property
@@ -290,8 +301,8 @@ class ChatMessage:
             except (KeyError, TypeError, AttributeError) as exc:
                 raise InvalidMessageError(f"malformed tool call in 'tool_calls': {exc!r}") from exc
         extra = None
-        if not _NAMED_FIELDS.issuperset(data):
-            extra = {k: v for k, v in data.items() if k not in _NAMED_FIELDS}
+        if not NAMED_FIELDS.issuperset(data):
+            extra = {k: v for k, v in data.items() if k not in NAMED_FIELDS}
         kwargs: dict[str, Any] = {}
         if id is not None:
             kwargs["id"] = id
@@ -302,9 +313,9 @@ class ChatMessage:
             data.get("tool_call_id"),
             data.get("name"),
             created_at=created_at,
-            metadata=metadata or _EMPTY,
-            extra=extra or _EMPTY,
-            present=frozenset(data.keys() & _NAMED_FIELDS),
+            metadata=metadata or EMPTY_MAPPING,
+            extra=extra or EMPTY_MAPPING,
+            present=frozenset(data.keys() & NAMED_FIELDS),
             **kwargs,
         )
 
@@ -458,7 +469,7 @@ _set_call_id, _set_call_name, _set_call_arguments, _set_call_type = _slot_setter
 )
 
 
-def _trusted_message(
+def trusted_message(
     role: str,
     content: Any,
     tool_calls: tuple[ToolCall, ...],
@@ -485,7 +496,7 @@ def _trusted_message(
     return m
 
 
-def _trusted_tool_call(id: str, name: str, arguments: str, type: str) -> ToolCall:
+def trusted_tool_call(id: str, name: str, arguments: str, type: str) -> ToolCall:
     """A ``ToolCall`` without attrs' ``__init__`` (same fields, same result)."""
     c: ToolCall = _new_object(ToolCall)
     _set_call_id(c, id)
@@ -495,12 +506,12 @@ def _trusted_tool_call(id: str, name: str, arguments: str, type: str) -> ToolCal
     return c
 
 
-def _with_created_at(message: ChatMessage, created_at: datetime) -> ChatMessage:
+def with_created_at(message: ChatMessage, created_at: datetime) -> ChatMessage:
     """``attrs.evolve(message, created_at=created_at)`` without re-running the converters.
 
     Every field of ``message`` is already in stored form; about 4x faster than ``evolve``.
     """
-    return _trusted_message(
+    return trusted_message(
         message.role,
         message.content,
         message.tool_calls,
@@ -512,3 +523,7 @@ def _with_created_at(message: ChatMessage, created_at: datetime) -> ChatMessage:
         message.extra,
         message.present,
     )
+
+
+# The name layers and history used before it was public.
+_with_created_at = with_created_at

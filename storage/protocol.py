@@ -1,17 +1,27 @@
 """The ``ChatStorage`` protocol every store and layer implements, and the layer base class.
 
 A stack is an onion: layers wrap an inner ``ChatStorage`` and are ``ChatStorage`` themselves.
-``ChatStorageWrapper`` forwards **every** protocol method to ``inner`` explicitly, so a layer
-overrides only what it changes and a new method can never bypass a layer silently.
+``ChatStorageWrapper`` has a forwarder to ``inner`` for **every** protocol and ability method
+(made from the protocols' own methods, :mod:`storage.abilities.forwarding`), so a layer
+overrides only what it changes; what it does with each optional ability it declares
+(:mod:`storage.abilities.declaring`), so a new ability can never bypass a layer silently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
-from storage.abilities import ForwardListing
+from storage.abilities import (
+    ABILITIES,
+    Abilities,
+    AbilityForwarders,
+    DescribableStorage,
+    ListableStorage,
+    forward,
+)
+from storage.abilities.declaring import settle
 from storage.message import AgentMessage, ChatKey, ChatMessage
 
 __all__ = ["PROTOCOL_METHODS", "ChatStorage", "ChatStorageWrapper"]
@@ -105,45 +115,45 @@ class AsyncContextMixin:
         await self.aclose()
 
 
-class ChatStorageWrapper(ForwardListing, AsyncContextMixin):
-    """Base class of every layer: holds ``inner`` and forwards each protocol method to it.
+class ChatStorageWrapper(AbilityForwarders, AsyncContextMixin):
+    """Base class of every layer: holds ``inner`` and forwards each method to it.
 
-    It forwards listing too (keys are never transformed); every other optional ability
-    (``storage.abilities``) a layer must opt into with its ``Forward*`` mixin, so an ability a
-    layer does not know can never bypass it.
+    Every ``ChatStorage`` method is forwarded; so is every ability method, as far as the
+    layer's declaration says (``abilities``, checked when a subclass is made: see
+    :mod:`storage.abilities.declaring`). This base passes key listing (keys are never
+    transformed) and hides every other ability, so a subclass that declares nothing can
+    never let an ability it does not know bypass it.
 
     Args:
         inner: the store or layer this one wraps.
     """
 
+    abilities: ClassVar[Abilities] = Abilities(
+        passes=(ListableStorage,),
+        transforms=(DescribableStorage,),
+        hides=tuple(a for a in ABILITIES if a not in (ListableStorage, DescribableStorage)),
+    )
     inner: ChatStorage
 
     def __init__(self, inner: ChatStorage) -> None:
         self.inner = inner
 
-    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
-        return await self.inner.save(key, message)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        settle(cls)
 
-    async def save_messages(
-        self, key: ChatKey, messages: Sequence[ChatMessage]
-    ) -> list[ChatMessage]:
-        return await self.inner.save_messages(key, messages)
-
-    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
-        return await self.inner.fetch(key, limit=limit)
-
-    async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
-        return await self.inner.fetch_all_chats(user_id, session_id)
-
-    async def delete(self, key: ChatKey) -> None:
-        await self.inner.delete(key)
-
-    async def delete_user(self, user_id: str) -> None:
-        await self.inner.delete_user(user_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    save = forward(ChatStorage.save)
+    save_messages = forward(ChatStorage.save_messages)
+    fetch = forward(ChatStorage.fetch)
+    fetch_all_chats = forward(ChatStorage.fetch_all_chats)
+    delete = forward(ChatStorage.delete)
+    delete_user = forward(ChatStorage.delete_user)
+    aclose = forward(ChatStorage.aclose)
 
     def describe(self) -> str:
         """This layer alone, in one line, with secrets redacted."""
         return type(self).__name__
+
+
+# The base's own methods stay where they are: a layer's super() reaches the forwarders.
+settle(ChatStorageWrapper, install=False)

@@ -1,4 +1,5 @@
-"""Every layer forwards every protocol method to its inner store; the public API is pinned."""
+"""Every layer forwards every protocol method to its inner store, declares every ability and
+reaches the inner store exactly as declared; the public API is pinned."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import pytest
 import storage
 from storage.abilities import (
     ABILITIES,
+    AbilityForwarders,
     ConversationRecord,
     DescribableStorage,
+    Forward,
     Head,
+    Hidden,
     ListableStorage,
     SearchHit,
     SessionPage,
@@ -25,6 +29,8 @@ from storage.abilities import (
     find_ability,
 )
 from storage.config import Stack
+from storage.config.registry import Registry
+from storage.layers.payload import PayloadLayer
 from storage.layers.strict import StrictViewChatStorage
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
@@ -90,6 +96,7 @@ def _encrypting(inner: Any) -> Any:
 LAYERS: dict[str, Any] = {
     "stack": lambda inner: Stack(inner),
     "encrypting": _encrypting,
+    "payload": PayloadLayer,
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
     "strict": lambda inner: StrictViewChatStorage(inner),
@@ -97,7 +104,18 @@ LAYERS: dict[str, Any] = {
 
 
 def layer_classes() -> list[type]:
-    """Every ChatStorageWrapper subclass defined in the library (imported modules)."""
+    """Every ChatStorageWrapper subclass defined in the library: every module of
+    storage/layers imported, and every layer the registry builds."""
+    import storage.layers
+    from storage.stores.memory import InMemoryChatStorage
+
+    for module in pkgutil.walk_packages(storage.layers.__path__, "storage.layers."):
+        importlib.import_module(module.name)
+    registry = Registry(entry_points=False)
+    for name in registry.names("layers"):
+        factory = registry.resolve("layers", name)
+        if not isinstance(factory, type):  # a function building a layer (scrub)
+            factory(InMemoryChatStorage(), secret="s")
     found: list[type] = []
     pending = list(ChatStorageWrapper.__subclasses__())
     while pending:
@@ -109,12 +127,27 @@ def layer_classes() -> list[type]:
 
 
 def test_every_layer_class_is_covered() -> None:
-    import storage.layers
-
-    for module in pkgutil.walk_packages(storage.layers.__path__, "storage.layers."):
-        importlib.import_module(module.name)  # every layer class defined in storage/layers
     covered = {type(make(Recorder())) for make in LAYERS.values()}
     assert set(layer_classes()) <= covered
+
+
+def test_every_layer_class_classifies_every_ability_exactly_once() -> None:
+    """A layer that says nothing about an ability cannot be made (see
+    tests/abilities/test_declaring.py); here: every library layer says it in its own class."""
+    classes = layer_classes()
+    assert {c.__name__ for c in classes} >= {
+        "EncryptingChatStorage",
+        "PayloadLayer",
+        "Stack",
+        "SummarizingChatStorage",
+        "TransformingChatStorage",
+    }
+    for cls in classes:
+        assert "abilities" in vars(cls), f"{cls.__name__} declares no abilities of its own"
+        declared = cls.__chatlayers_abilities__  # type: ignore[attr-defined]
+        assert declared is vars(cls)["abilities"]
+        named = [*declared.passes, *declared.transforms, *declared.hides]
+        assert sorted(named, key=ABILITIES.index) == list(ABILITIES), cls.__name__
 
 
 # What each protocol call may reach below (a layer may save one message as a batch of one).
@@ -177,7 +210,13 @@ class AbilityRecorder(Recorder):
     async def release_lease(self, key: ChatKey, owner: str) -> None:
         self.called.append("release_lease")
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         self.called.append("replace")
         return list(messages)
 
@@ -260,9 +299,7 @@ def test_ability_calls_cover_every_ability_method() -> None:
 @pytest.mark.parametrize(
     "ability", [a for a in ABILITIES if a is not DescribableStorage], ids=lambda a: a.__name__
 )
-async def test_layer_forwards_each_ability_explicitly_or_hides_it(
-    layer: str, ability: type
-) -> None:
+async def test_layer_reaches_each_ability_as_declared(layer: str, ability: type) -> None:
     inner = AbilityRecorder()
     wrapped = LAYERS[layer](inner)
     if layer == "encrypting":  # its bookkeeping below (keyring records, a user's first key)
@@ -270,25 +307,23 @@ async def test_layer_forwards_each_ability_explicitly_or_hides_it(
     cls = type(wrapped)
     assert "__getattr__" not in {n for c in cls.__mro__ for n in vars(c)}, "no implicit delegation"
     methods = ability_methods(ability)
-    present = [m for m in methods if callable(getattr(cls, m, None))]
-    if find_ability(wrapped, ability) is None:
-        # Absent: the layer has none of the ability's methods (a partial ability would let a
-        # caller reach the inner store around the layer), except those of a smaller ability
-        # it does have (the summarizing layer forwards SequencedStorage, not checkpoints).
-        had = {
-            method
-            for other in ABILITIES
-            if find_ability(wrapped, other) is not None
-            for method in ability_methods(other)
-        }
-        partial = [m for m in present if m not in had]
-        assert partial == [], f"{cls.__name__} has part of {ability.__name__}: {partial}"
+    own = [m for m in methods if m in vars(ability)]
+    if cls.__chatlayers_abilities__.kind(ability) == "hides":
+        # Hidden: none of its own methods is reachable (a partial ability would let a
+        # caller reach the inner store around the layer), not even by isinstance.
+        assert find_ability(wrapped, ability) is None
+        assert not isinstance(wrapped, ability)
+        for name in own:
+            assert isinstance(inspect.getattr_static(cls, name), Hidden), name
+            assert not hasattr(wrapped, name), name
+            with pytest.raises(AttributeError, match=f"hides {ability.__name__}"):
+                getattr(wrapped, name)
         return
-    assert present == methods
+    assert find_ability(wrapped, ability) is wrapped
+    assert isinstance(wrapped, ability)
     for name in methods:
-        owner = next(c for c in cls.__mro__ if name in vars(c))
-        assert owner.__module__.startswith("storage."), (name, owner)
-        assert inspect.iscoroutinefunction(getattr(cls, name)), name
+        found = inspect.getattr_static(cls, name)
+        assert isinstance(found, Forward) or inspect.iscoroutinefunction(found), name
         inner.called.clear()
         await ABILITY_CALLS[name](wrapped)
         assert inner.called == [name], (name, inner.called)
@@ -303,10 +338,24 @@ def test_layer_hides_abilities_its_inner_store_lacks(layer: str) -> None:
         assert find_ability(wrapped, ability) is None, ability.__name__
 
 
-def test_wrapper_defines_every_protocol_method_itself() -> None:
-    for name in PROTOCOL_METHODS:
-        assert name in ChatStorageWrapper.__dict__, name
-        assert inspect.iscoroutinefunction(getattr(ChatStorageWrapper, name))
+def test_every_protocol_method_has_exactly_one_forwarder() -> None:
+    """The wrapper forwards each ChatStorage method, AbilityForwarders each ability method:
+    one forwarder each, made from that very method (so a new ability cannot miss one)."""
+    carried = [
+        value
+        for holder in (ChatStorageWrapper, AbilityForwarders)
+        for value in vars(holder).values()
+        if isinstance(value, Forward)
+    ]
+    methods = [getattr(ChatStorage, name) for name in PROTOCOL_METHODS] + [
+        vars(ability)[name]
+        for ability in ABILITIES
+        for name in ability_methods(ability)
+        if name in vars(ability)
+    ]
+    assert sorted(f.method.__qualname__ for f in carried) == sorted(m.__qualname__ for m in methods)
+    assert all(any(f.method is m for f in carried) for m in methods)
+    assert all(f.name == f.method.__name__ for f in carried)
 
 
 EXPORTED = {
@@ -352,11 +401,3 @@ def test_errors_form_one_tree() -> None:
         "SummarizerError",
     ):
         assert issubclass(getattr(storage, name), storage.ChatStorageError)
-
-
-def test_store_base_wraps_ability_methods_only_for_stores_with_a_driver() -> None:
-    from storage.stores.memory import InMemoryChatStorage
-    from storage.stores.sqlite import SQLiteChatStorage
-
-    assert getattr(SQLiteChatStorage.head, "__chatlayers_translating__", False)
-    assert not getattr(InMemoryChatStorage.head, "__chatlayers_translating__", False)

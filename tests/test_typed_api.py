@@ -48,6 +48,22 @@ async def main() -> None:
     if isinstance(content, tuple):
         assert_type(content[0], Mapping[str, Any])
     await store.aclose()
+
+
+async def abilities() -> None:
+    from storage import open_storage
+    from storage.abilities import Head, SessionListing, SessionPage, Tail, find_ability
+    from storage.layers.transforming import TransformingChatStorage
+
+    key = ChatKey("u", "s", "a")
+    stack = open_storage("memory://")
+    assert_type(await stack.head(key), Head)  # a forwarder, typed as the protocol's method
+    layer = TransformingChatStorage(InMemoryChatStorage(), lambda m, k: m)
+    assert_type(await layer.fetch_since(key, 0), Tail)
+    sessions = find_ability(stack, SessionListing)
+    if sessions is not None:
+        page = await sessions.list_sessions("u", limit=5, cursor=None)
+        assert_type(page, SessionPage)
 """
 
 BAD = """
@@ -57,6 +73,17 @@ from storage.history import validate_history
 ChatMessage("user", 5)
 ChatKey("u", "s")
 validate_history([], system="drop")
+
+
+async def abilities() -> None:
+    from storage import open_storage
+    from storage.abilities import SessionListing, find_ability
+
+    stack = open_storage("memory://")
+    await stack.head("u")
+    sessions = find_ability(stack, SessionListing)
+    if sessions is not None:
+        await sessions.list_sessions("u", limt=5)
 """
 
 
@@ -111,4 +138,6 @@ def test_wrong_use_of_the_api_is_reported(installed: Path, tmp_path: Path) -> No
     assert 'Argument 2 to "ChatMessage" has incompatible type "int"' in out
     assert 'Missing positional argument "agent_id" in call to "ChatKey"' in out
     assert 'Argument "system" to "validate_history" has incompatible type' in out
+    assert 'Argument 1 has incompatible type "str"; expected "ChatKey"' in out  # stack.head
+    assert 'Unexpected keyword argument "limt"' in out
     assert "py.typed" not in out  # the package is seen as typed, not as an untyped install

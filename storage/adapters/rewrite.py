@@ -8,12 +8,13 @@ loses the conversation, said in each adapter's docstring).
 
 :func:`edit` makes those rewrites safe next to concurrent appends (another worker, another
 process): it reads the record and its version in one snapshot, computes the new record, and
-writes it only if the version is still the one read (an append as ``save_messages_if``; a
-rewrite after a fresh head check); otherwise it reads again and re-applies the change, up
-to :data:`EDIT_ATTEMPTS` times, then raises ``ConflictError``. A change names what it
-removes by id from the record it was first given, so a retry never removes a message that
-landed in between. Stores give no compare-and-replace, so a rewrite still races an append
-landing between that head check and the ``replace`` (a window of one round trip).
+writes it only if the version is still the one read (an append as ``save_messages_if``, a
+rewrite as ``replace(..., expected_version=...)``: both compare the version atomically with
+the write); otherwise it reads again and re-applies the change, up to :data:`EDIT_ATTEMPTS`
+times, then raises ``ConflictError``. A change names what it removes by id from the record
+it was first given, so a retry never removes a message that landed in between. Only the
+delete-then-save fallback (no ``replace`` in the stack, or a history it refuses) checks the
+version just before the delete and so still races an append landing in that window.
 """
 
 from __future__ import annotations
@@ -68,20 +69,30 @@ def insert(
     return [*record[:index], *placed, *record[index:]]
 
 
-async def rewrite(stack: ChatStorage, key: ChatKey, messages: Sequence[ChatMessage]) -> bool:
+async def rewrite(
+    stack: ChatStorage,
+    key: ChatKey,
+    messages: Sequence[ChatMessage],
+    *,
+    expected_version: str | None = None,
+) -> bool:
     """Make ``messages`` the key's whole record; ``True`` when it was one atomic ``replace``.
 
-    A history ``replace`` refuses (it validates the whole history, ``save`` only each
-    message) is rewritten by delete then save, like a stack without ``replace``.
+    With ``expected_version`` (a ``Head.version`` read before), only if the record is still
+    at that version: checked by ``replace`` atomically with the write, or, on the long way,
+    by a head read just before the delete. A history ``replace`` refuses (it validates the
+    whole history, ``save`` only each message) is rewritten by delete then save, like a
+    stack without ``replace``.
 
     Raises:
+        ConflictError: the record is not at ``expected_version`` (nothing changed).
         InvalidMessageError: a message is invalid (nothing changed).
         StorageUnavailableError: the backend cannot be reached.
     """
     replaceable = find_ability(stack, ReplaceableStorage)
     if replaceable is not None:
         try:
-            await replaceable.replace(key, list(messages))
+            await replaceable.replace(key, list(messages), expected_version=expected_version)
             return True
         except InvalidMessageError:
             # ``replace`` checks a whole history (a system message only first); ``save``
@@ -89,6 +100,13 @@ async def rewrite(stack: ChatStorage, key: ChatKey, messages: Sequence[ChatMessa
             # items with a developer message mid-way) may not pass: rewrite it the long way.
             pass
     batch = prepare_batch(list(messages))  # refuse bad input before deleting anything
+    sequenced = find_ability(stack, SequencedStorage)
+    if expected_version is not None and sequenced is not None:
+        found = (await sequenced.head(key)).version
+        if found != expected_version:
+            raise ConflictError(
+                f"{key}: version is {found!r}, not {expected_version!r}; nothing changed"
+            )
     await stack.delete(key)
     if batch:
         await stack.save_messages(key, batch)
@@ -103,8 +121,9 @@ async def edit(
 
     ``change(record)`` returns the new whole record, or ``None`` to leave it as it is. When
     the new record only appends to the one read, the new messages are saved with
-    ``save_messages_if`` (atomic); otherwise the record is rewritten (:func:`rewrite`) if
-    ``head(key)`` still has the version read. On a conflict the record is read again and
+    ``save_messages_if``; otherwise the record is rewritten (:func:`rewrite`) with
+    ``replace(..., expected_version=...)``: both write only while the key is at the version
+    read, checked atomically with the write. On a conflict the record is read again and
     ``change`` called again. Without :class:`~storage.abilities.SequencedStorage` in the stack
     there is no version to check and the change is written as computed.
 
@@ -138,9 +157,10 @@ async def edit(
             except ConflictError:
                 continue
             return record
-        if sequenced is not None and (await sequenced.head(key)).version != version:
+        try:
+            await rewrite(stack, key, new, expected_version=version)
+        except ConflictError:
             continue
-        await rewrite(stack, key, new)
         return record
     raise ConflictError(
         f"{key}: the conversation changed {attempts} times while it was being edited; "

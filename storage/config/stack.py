@@ -11,14 +11,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Self, TypeVar
 
-from storage.abilities import (
-    ForwardCheckpoints,
-    ForwardRecords,
-    ForwardReplace,
-    ForwardRetention,
-    ForwardSearch,
-    ForwardSessions,
-)
+from storage.abilities import ABILITIES, Abilities, DescribableStorage
 from storage.protocol import AsyncContextMixin, ChatStorage, ChatStorageWrapper
 from storage.redact import redact_text
 
@@ -58,25 +51,22 @@ def describe(stack: object) -> str:
     return "\n".join(describe_lines(stack))
 
 
-class Stack(
-    ForwardCheckpoints,
-    ForwardReplace,
-    ForwardSessions,
-    ForwardSearch,
-    ForwardRecords,
-    ForwardRetention,
-    ChatStorageWrapper,
-):
+class Stack(ChatStorageWrapper):
     """A built stack: a ``ChatStorage`` that forwards to its outermost layer.
 
-    ``async with`` closes every component (``aclose`` runs down the chain). It forwards every
-    optional ability to the outermost layer; :func:`storage.abilities.find_ability` on a
-    stack still finds an ability only when every component below has it.
+    ``async with`` closes every component (``aclose`` runs down the chain). It passes every
+    optional ability to the outermost layer, which decides; :func:`storage.abilities.find_ability`
+    on a stack still finds an ability only when every component below has it.
 
     Attributes:
         inner: the outermost layer (or the store when there is no layer).
         source: where the stack came from (redacted).
     """
+
+    abilities = Abilities(
+        passes=tuple(a for a in ABILITIES if a is not DescribableStorage),
+        transforms=(DescribableStorage,),
+    )
 
     def __init__(self, top: ChatStorage, *, source: str = "", secrets: Iterable[str] = ()) -> None:
         super().__init__(top)

@@ -1,5 +1,6 @@
 """Layers: stores that wrap another store and change what passes through.
 
+- :mod:`storage.layers.payload`: ``PayloadLayer``, the seam every message and record crosses;
 - :mod:`storage.layers.transforming`: ``TransformingChatStorage(inner, transform)`` rewrites
   or drops each message on every write path (saves, ``replace``, ``save_messages_if``,
   checkpoint messages);
@@ -13,8 +14,10 @@
 - :mod:`storage.layers.encrypting`: ``EncryptingChatStorage``, AES-256-GCM with a data key per
   user kept in a separate keyring (crypto-shredding on ``delete_user``).
 
-Every layer subclasses ``storage.protocol.ChatStorageWrapper`` (every protocol method
-forwarded explicitly) and opts into each optional ability with its ``Forward*`` mixin from
-:mod:`storage.abilities` (or implements it, when it must change what passes); an ability a
-layer does not declare is hidden from the whole stack (``find_ability``).
+Every layer subclasses ``storage.protocol.ChatStorageWrapper`` (a forwarder for every
+method) and declares, per optional ability, whether it passes, transforms or hides it
+(``abilities = Abilities(...)``, :mod:`storage.abilities.declaring`); an ability a layer
+hides is hidden from the whole stack (``find_ability``). The layers that change what
+messages and records carry (transforming, encrypting) do it at one seam,
+:class:`storage.layers.payload.PayloadLayer`.
 """

@@ -20,11 +20,16 @@ from typing import Any, Final, Literal
 import attrs
 
 from storage.abilities import (
-    ForwardRecords,
-    ForwardReplace,
-    ForwardRetention,
-    ForwardSearch,
-    ForwardSessions,
+    Abilities,
+    CheckpointStorage,
+    DescribableStorage,
+    ListableStorage,
+    RecordStorage,
+    ReplaceableStorage,
+    RetentionStorage,
+    SearchableStorage,
+    SequencedStorage,
+    SessionListing,
 )
 from storage.errors import ConfigError
 from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage, thaw
@@ -167,10 +172,7 @@ def strict_view(
     return merged
 
 
-class StrictViewChatStorage(
-    ForwardSessions, ForwardSearch, ForwardRecords, ForwardRetention, ForwardReplace,
-    ChatStorageWrapper,
-):  # fmt: skip
+class StrictViewChatStorage(ChatStorageWrapper):
     """Serve the inner stack's view in the shape strict chat templates accept
     (:func:`strict_view`); the raw record is untouched.
 
@@ -184,6 +186,20 @@ class StrictViewChatStorage(
     Raises:
         ConfigError: on construction, an unknown ``later_system`` or ``leading`` value.
     """
+
+    # Heads, tails and checkpoints read the raw record: offering them would bypass the view.
+    abilities = Abilities(
+        passes=(
+            ListableStorage,
+            ReplaceableStorage,
+            SessionListing,
+            SearchableStorage,
+            RecordStorage,
+            RetentionStorage,
+        ),
+        transforms=(DescribableStorage,),
+        hides=(SequencedStorage, CheckpointStorage),
+    )
 
     def __init__(
         self,

@@ -3,43 +3,42 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 import anyio
 import anyio.to_thread
-import attrs
 
 from storage.abilities import (
-    ForwardCheckpoints,
-    ForwardRecords,
-    ForwardReplace,
-    ForwardRetention,
-    ForwardSearch,
-    ForwardSessions,
-    SummaryCheckpoint,
+    Abilities,
+    CheckpointStorage,
+    ConversationRecord,
+    DescribableStorage,
+    ListableStorage,
+    RecordStorage,
+    ReplaceableStorage,
+    RetentionStorage,
+    SearchableStorage,
+    SequencedStorage,
+    SessionListing,
+    forward,
 )
 from storage.errors import InvalidMessageError
-from storage.history import prepare_batch, validate_history
+from storage.layers.payload import Down, PayloadLayer, Send, SendRecord
 from storage.message import ChatKey, ChatMessage
-from storage.protocol import ChatStorage, ChatStorageWrapper
+from storage.protocol import ChatStorage
 
-__all__ = ["MessageTransform", "TransformingChatStorage"]
+__all__ = ["MessageTransform", "RecordTransform", "TransformingChatStorage"]
 
 MessageTransform: TypeAlias = Callable[
     [ChatMessage, ChatKey], "ChatMessage | Awaitable[ChatMessage | None] | None"
 ]
+RecordTransform: TypeAlias = Callable[
+    [ConversationRecord, ChatKey], "ConversationRecord | Awaitable[ConversationRecord]"
+]
 
 
-class TransformingChatStorage(
-    ForwardCheckpoints,
-    ForwardReplace,
-    ForwardSessions,
-    ForwardSearch,
-    ForwardRecords,
-    ForwardRetention,
-    ChatStorageWrapper,
-):
+class TransformingChatStorage(PayloadLayer):
     """Run ``transform(message, key)`` on every saved message before the inner store sees it.
 
     The transform may be sync or async. Returning ``None`` drops the message (it is absent
@@ -48,9 +47,11 @@ class TransformingChatStorage(
     is called. Fetches pass through.
 
     Every path that writes a message transforms it: ``save``, ``save_messages``, ``replace``,
-    ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``). The
-    other abilities pass through unchanged (heads and tails, leases, sessions, search,
-    records, purge); each is present only when the inner store has it
+    ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``).
+    Records (``save_record``) go through the transform's ``transform_record(record, key)``
+    when it has one (``PIIScrubber`` scrubs their data); a plain function transform leaves
+    them as they are. Reads, heads and tails, leases, sessions, search and purge pass
+    through unchanged; each ability is present only when the inner store has it
     (:func:`storage.abilities.find_ability`).
 
     Args:
@@ -68,12 +69,30 @@ class TransformingChatStorage(
             transform dropped a checkpoint's summary message.
     """
 
+    abilities = Abilities(
+        passes=(
+            ListableStorage,
+            SequencedStorage,
+            SessionListing,
+            SearchableStorage,
+            RetentionStorage,
+        ),
+        transforms=(DescribableStorage, CheckpointStorage, ReplaceableStorage, RecordStorage),
+    )
+    # The way up is identity: reads reach the inner store directly.
+    fetch = forward(ChatStorage.fetch)
+    fetch_all_chats = forward(ChatStorage.fetch_all_chats)
+    load_checkpoint = forward(CheckpointStorage.load_checkpoint)
+    fetch_records = forward(RecordStorage.fetch_records)
+
     def __init__(
         self, inner: ChatStorage, transform: MessageTransform, *, thread_chars: int = 65_536
     ) -> None:
         super().__init__(inner)
         self.transform = transform
         self.thread_chars = thread_chars
+        own: RecordTransform | None = getattr(transform, "transform_record", None)
+        self._record_transform = own if callable(own) else None
 
     async def _one(self, key: ChatKey, message: ChatMessage) -> ChatMessage | None:
         if _size(message) > self.thread_chars:
@@ -84,80 +103,28 @@ class TransformingChatStorage(
             result = await result
         return result
 
-    async def _apply(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def _down(
+        self, key: ChatKey, messages: list[ChatMessage], what: Down, send: Send
+    ) -> list[ChatMessage]:
         out: list[ChatMessage] = []
-        for message in prepare_batch(messages):
+        for index, message in enumerate(messages):
             result = await self._one(key, message)
             if result is not None:
                 out.append(result)
-        return out
-
-    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
-        transformed = await self._apply(key, [message])
-        if not transformed:
-            return []
-        result: list[ChatMessage] = await self.inner.save(key, transformed[0])
-        return result
-
-    async def save_messages(
-        self, key: ChatKey, messages: Sequence[ChatMessage]
-    ) -> list[ChatMessage]:
-        transformed = await self._apply(key, messages)
-        if not transformed:
-            return []
-        result: list[ChatMessage] = await self.inner.save_messages(key, transformed)
-        return result
-
-    # --- abilities that carry messages ---------------------------------------------------
-
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        """Transform ``messages`` like ``save_messages``, then replace the inner record.
-
-        Raises:
-            InvalidMessageError: ``messages`` is not a valid history (before the transform),
-                or the transformed one is not (a dropped call orphaning its result).
-        """
-        transformed = await self._apply(key, validate_history(list(messages), system="anywhere"))
-        result: list[ChatMessage] = await self.inner.replace(key, transformed)
-        return result
-
-    async def save_messages_if(
-        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
-    ) -> list[ChatMessage]:
-        """Transform ``messages`` like ``save_messages``, then save them if the version holds
-        (the inner store checks it even when every message was dropped).
-
-        Raises:
-            ConflictError: the key's version is not ``expected_version`` (nothing stored).
-        """
-        transformed = await self._apply(key, messages)
-        result: list[ChatMessage] = await self.inner.save_messages_if(
-            key, transformed, expected_version=expected_version
-        )
-        return result
-
-    async def save_checkpoint(
-        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
-    ) -> SummaryCheckpoint | None:
-        """Transform each summary message, then compare-and-set the inner checkpoint.
-
-        Raises:
-            InvalidMessageError: a checkpoint message is invalid, or the transform dropped
-                one (a summary cannot lose a message silently).
-        """
-        messages: list[ChatMessage] = []
-        for index, message in enumerate(prepare_batch(list(checkpoint.messages))):
-            result = await self._one(key, message)
-            if result is None:
+            elif what == "checkpoint":
                 raise InvalidMessageError(
                     f"checkpoint message {index}: the transform dropped a summary message"
                 )
-            messages.append(result)
-        transformed = attrs.evolve(checkpoint, messages=tuple(messages))
-        stored: SummaryCheckpoint | None = await self.inner.save_checkpoint(
-            key, transformed, expected_version=expected_version
-        )
-        return stored
+        return await send(out)
+
+    async def _down_record(
+        self, key: ChatKey, record: ConversationRecord, send: SendRecord
+    ) -> ConversationRecord:
+        transform = self._record_transform
+        if transform is not None:
+            result = transform(record, key)
+            record = await result if inspect.isawaitable(result) else result
+        return await send(record)
 
     def describe(self) -> str:
         own = getattr(self.transform, "describe", None)

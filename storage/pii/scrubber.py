@@ -18,7 +18,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 import attrs
 
@@ -55,6 +55,9 @@ from storage.pii.placeholders import (
 )
 from storage.pii.protected import TextView
 from storage.pii.spans import Detection, resolve
+
+if TYPE_CHECKING:
+    from storage.abilities import ConversationRecord
 
 __all__ = ["BUILTIN_ENTITIES", "SECRET_ENTITIES", "SECRET_ENV", "Mode", "PIIScrubber"]
 
@@ -312,6 +315,14 @@ class PIIScrubber:
             if any(metadata[k] is not v for k, v in message.metadata.items()):
                 changes["metadata"] = metadata
         return attrs.evolve(message, **changes) if changes else message
+
+    def transform_record(self, record: ConversationRecord, key: ChatKey) -> ConversationRecord:
+        """Scrub a conversation record's data for conversation ``key`` (the
+        ``TransformingChatStorage`` hook of ``save_record``): string values and whole
+        integers that are PII, values under keys that name an entity (``json_keys``); keys,
+        ``kind``, ``id`` and other values kept. ``record`` itself when nothing was found."""
+        data = _scrub_json_value(record.data, self._run(key), None)
+        return record if data is record.data else attrs.evolve(record, data=data)
 
     def scrub_text(self, text: str, key: ChatKey) -> str:
         """Scrub plain ``text`` for conversation ``key`` (``text`` itself when nothing found)."""

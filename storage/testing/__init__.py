@@ -31,8 +31,10 @@ Run it with ``pytest``: the class expands to one test per rule, layering
   refuses calls with ``StorageUnavailableError``;
 - every optional ability the stack has (:func:`storage.abilities.find_ability`; tests of an
   ability the store lacks are skipped): heads and tails, checkpoint compare-and-set and
-  leases, replace and conditional saves, session listing and its cursor, search isolation,
-  records, retention purge (with an injected clock: :class:`FakeClock`);
+  leases, replace and conditional saves, compare-and-replace (a message another instance
+  appends after the version was read is never erased, also through an adapter's edit),
+  session listing and its cursor, search isolation, records, retention purge (with an
+  injected clock: :class:`FakeClock`);
 - the transforming layer's drop and raise paths and the *active* summarizing path over the
   store, lone surrogates and nesting beyond the limit refused on every stack;
 - encryption faults with the store under ``encrypt::`` (needs the ``encrypt`` extra): a

@@ -4,8 +4,6 @@
   search index; :attr:`StoreHarness.damage`) never hides the raw record, never raises, and is
   ignored or rebuilt, also through ``summarize::`` stacks and a second instance;
 - data of a newer format version is refused with ``SchemaVersionError`` and left untouched;
-- a retention purge with a tool call and its results straddling the cut-off keeps tool groups
-  whole (never a result without its call, never a call without its results);
 - forged ``list_sessions`` cursors are refused with ``InvalidArgumentError`` (fuzzed with
   hypothesis when it is installed), and a listing paged while sessions lose conversations
   lists each session once;
@@ -30,7 +28,6 @@ import pytest
 
 from storage.abilities import (
     CheckpointStorage,
-    RetentionStorage,
     SearchableStorage,
     SequencedStorage,
     SessionListing,
@@ -38,9 +35,9 @@ from storage.abilities import (
     find_ability,
 )
 from storage.errors import InvalidArgumentError, SchemaVersionError
-from storage.message import ChatKey, ChatMessage, ToolCall
+from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
-from storage.testing.ability_tests import MakeStack, need
+from storage.testing.ability_tests import need
 from storage.testing.harness import (
     CHECKPOINT_DAMAGE,
     INDEX_DAMAGE,
@@ -308,52 +305,6 @@ class FaultTests:
             await fresh.save(KEY, msg("never written into a newer store"))
         if harness.snapshot is not None:
             assert await call_hook(harness.snapshot) == before, "the data was changed"
-
-    # --- retention ----------------------------------------------------------------------
-
-    async def test_purge_keeps_tool_groups_whole(self, make_stack: MakeStack) -> None:
-        try:
-            stack = await make_stack(retention=3600)
-        except TypeError as exc:
-            pytest.skip(f"the store takes no retention: {exc}")
-        ret = need(stack, RetentionStorage)
-        t = datetime.now(UTC)
-        old, young = t - timedelta(minutes=10), t + timedelta(hours=2)
-        straddling = ChatKey("retention", "tools", "a")
-        history = [
-            msg("look up my order", created_at=old),
-            ChatMessage(
-                "assistant",
-                None,
-                (ToolCall("c1", "lookup", '{"order": 1}'), ToolCall("c2", "track", "{}")),
-                created_at=old,
-            ),
-            ChatMessage("tool", "shipped", tool_call_id="c1", created_at=old),
-            ChatMessage("tool", "in transit", tool_call_id="c2", created_at=young),  # young
-            msg("it is in transit", "assistant", created_at=young),
-            msg("and the other one?", created_at=young),
-            # A young call whose result carries an old time (a caller's clock): the whole
-            # group goes, never the result alone.
-            ChatMessage("assistant", None, (ToolCall("c3", "lookup", "{}"),), created_at=young),
-            ChatMessage("tool", "delivered", tool_call_id="c3", created_at=old),
-            msg("it was delivered", "assistant", created_at=young),
-            ChatMessage("assistant", None, (ToolCall("c4", "lookup", "{}"),), created_at=young),
-            ChatMessage("tool", "kept", tool_call_id="c4", created_at=young),
-        ]
-        await stack.save_messages(straddling, history)
-        now = t + timedelta(minutes=90)  # cut-off: t + 30 min
-        assert await ret.purge(now=now) == 6
-        kept = await stack.fetch(straddling)
-        assert [m.text for m in kept] == [
-            "it is in transit",
-            "and the other one?",
-            "it was delivered",
-            "",
-            "kept",
-        ]
-        check_tool_groups(kept)
-        check_tool_groups(await stack.fetch(straddling, limit=4))
-        assert await ret.purge(now=now) == 0
 
     # --- session listing ----------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from storage.testing.harness import LAYERINGS, ServerControl, StoreHarness, open
 from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
+from storage.testing.replace_tests import ReplaceTests
+from storage.testing.retention_tests import RetentionTests
 
 __all__ = ["ConformanceSuite"]
 
@@ -23,8 +25,10 @@ __all__ = ["ConformanceSuite"]
 class ConformanceSuite(
     ProtocolTests,
     AbilityTests,
+    ReplaceTests,
     DifferentialTests,
     FaultTests,
+    RetentionTests,
     LayerPathTests,
     ReliabilityTests,
     EncryptionFaultTests,

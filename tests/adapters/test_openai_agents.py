@@ -37,7 +37,7 @@ from storage.adapters.openai_agents import (
     items_to_messages,
     message_to_items,
 )
-from storage.errors import InvalidMessageError
+from storage.errors import ConflictError, InvalidMessageError
 from storage.message import ChatKey
 from storage.protocol import ChatStorageWrapper
 from storage.stores.memory import InMemoryChatStorage
@@ -445,8 +445,12 @@ class _ReplaceSpy(InMemoryChatStorage):
         super().__init__()
         self.replaced: list[int] = []
 
-    async def replace(self, key: ChatKey, messages: Any) -> list[Any]:
+    async def replace(
+        self, key: ChatKey, messages: Any, *, expected_version: str | None = None
+    ) -> list[Any]:
         batch = list(messages)
+        if expected_version is not None and (await self.head(key)).version != expected_version:
+            raise ConflictError(f"{key} changed since {expected_version}")
         await InMemoryChatStorage.delete(self, key)
         stored = await InMemoryChatStorage.save_messages(self, key, batch)
         self.replaced.append(len(batch))

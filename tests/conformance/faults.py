@@ -147,10 +147,11 @@ def redis_damage(url: str, prefix: str, *, cluster: bool = False) -> Hook:
                     client.set(names.checkpoint, raw[:-20])
                     return True
                 body = json.loads(raw)
+                messages = "messages" if "messages" in body else "m"  # the first spelling
                 if what == "checkpoint-shape":
-                    body["m"] = 5
+                    body[messages] = 5
                 elif what == "checkpoint-message":
-                    body["m"] = [_BAD_MESSAGE]
+                    body[messages] = [_BAD_MESSAGE]
                 else:
                     body["v"] = 99
                 client.set(names.checkpoint, json.dumps(body))

@@ -20,9 +20,10 @@ Modules, one concept each:
 - :mod:`.errors`: missing keyring, another or older keyring, missing data key;
 - :mod:`.envelope`: what the store holds for a message, a checkpoint message, a record;
 - :mod:`.cache`: decrypted messages kept in memory for fast re-reads;
+- :mod:`.seam`: messages sealed on the way down and opened on the way up (the hooks of
+  :class:`storage.layers.payload.PayloadLayer`, which writes every method that carries them);
 - :mod:`.vault`: the optional placeholder vault (reversible PII placeholders), and
-  :mod:`.records`: the layer's records and ``reveal``;
-- :mod:`.abilities`: the layer's tails, checkpoints, replace and conditional saves;
+  :mod:`.records`: the layer's record hooks and ``reveal``;
 - :mod:`.layer`: ``EncryptingChatStorage``.
 
 A keyring is made on request only (``chatlayers keys init``, ``create_keyring=True``).

@@ -1,8 +1,9 @@
-"""The encrypting layer's records and placeholder vault (a mixin of the layer).
+"""The encrypting layer's record hooks and placeholder vault (a mixin of the layer).
 
-Records (``RecordStorage``) keep ``kind``, ``id`` and times clear and seal their data; the
-vault's own records (:mod:`.vault`) are records of a reserved kind, hidden from
-``fetch_records`` and read only by :meth:`RecordsAndVault.reveal`.
+Records (``RecordStorage``, through :class:`storage.layers.payload.PayloadLayer`) keep
+``kind``, ``id`` and times clear and seal their data; the vault's own records (:mod:`.vault`)
+are records of a reserved kind, hidden from ``fetch_records`` and read only by
+:meth:`RecordsAndVault.reveal`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from storage.layers.encrypting.envelope import (
     token_of_record,
 )
 from storage.layers.encrypting.vault import VAULT_KIND, PlaceholderVault, reveal_in
+from storage.layers.payload import SendRecord
 from storage.message import ChatKey
 from storage.stores.base import check_key
-from storage.stores.checks import check_record
+
+if TYPE_CHECKING:
+    from storage.layers.payload import Below
 
 __all__ = ["RecordsAndVault"]
 
@@ -32,9 +36,10 @@ T = TypeVar("T")
 
 
 class RecordsAndVault:
-    """``save_record``, ``fetch_records`` and ``reveal`` of the encrypting layer."""
+    """The record hooks (``_down_record``, ``_up_records``) and ``reveal`` of the encrypting
+    layer."""
 
-    _below: Any
+    _below: Below
     _keys: DataKeys
     vault: PlaceholderVault | None
 
@@ -46,18 +51,18 @@ class RecordsAndVault:
 
         async def _write(self, key: ChatKey, write: Callable[[DataKey], Awaitable[T]]) -> T: ...
 
-    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
+    async def _down_record(
+        self, key: ChatKey, record: ConversationRecord, send: SendRecord
+    ) -> ConversationRecord:
         """Encrypt the record's data (``kind``, ``id`` and times stay clear) and store it.
 
         Raises:
-            InvalidArgumentError: empty ``kind`` or data that is not JSON-like.
             ConflictError: the user was erased by another process meanwhile (not kept).
         """
-        check_key(key)
-        check_record(record)
 
         async def write(data_key: DataKey) -> ConversationRecord:
-            return await self._save_record(data_key, key, record)
+            stored = await send(seal_record(data_key, self._prefix(RECORD, key), record))
+            return self._open_record(data_key, key, stored)
 
         return await self._write(key, write)
 
@@ -65,9 +70,7 @@ class RecordsAndVault:
         self, data_key: DataKey, key: ChatKey, record: ConversationRecord
     ) -> ConversationRecord:
         prefix = self._prefix(RECORD, key)
-        stored: ConversationRecord = await self._below.save_record(
-            key, seal_record(data_key, prefix, record)
-        )
+        stored = await self._below.save_record(key, seal_record(data_key, prefix, record))
         return self._open_record(data_key, key, stored)
 
     def _open_record(
@@ -77,8 +80,8 @@ class RecordsAndVault:
         token = token_of_record(stored, where)
         return open_record(data_key, self._prefix(RECORD, key), stored, token, where)
 
-    async def fetch_records(
-        self, key: ChatKey, *, kind: str | None = None
+    async def _up_records(
+        self, key: ChatKey, stored: list[ConversationRecord]
     ) -> list[ConversationRecord]:
         """The key's records, decrypted (the placeholder vault's own records are never
         among them; records sealed with a key an erasure destroyed are skipped once the
@@ -87,9 +90,6 @@ class RecordsAndVault:
         Raises:
             KeyErasedError, DataKeyMissingError, CorruptRecordError: as ``fetch``.
         """
-        if kind == VAULT_KIND:
-            return []
-        stored: list[ConversationRecord] = await self._below.fetch_records(key, kind=kind)
         stored = [r for r in stored if r.kind != VAULT_KIND]
         if not stored:
             return []
@@ -136,7 +136,7 @@ class RecordsAndVault:
                 await self._flush_vault(key, data_key)
 
             await self._write(key, flush)
-        stored: list[ConversationRecord] = await self._below.fetch_records(key, kind=VAULT_KIND)
+        stored = await self._below.fetch_records(key, kind=VAULT_KIND)
         originals: dict[str, str] = {}
         if stored:
             data_key = await self._keys.live(key.user_id)

@@ -53,12 +53,16 @@ import attrs
 from anyio.abc import TaskGroup
 
 from storage.abilities import (
+    Abilities,
     CheckpointStorage,
-    ForwardRecords,
-    ForwardRetention,
-    ForwardSearch,
-    ForwardSequenced,
-    ForwardSessions,
+    DescribableStorage,
+    ListableStorage,
+    RecordStorage,
+    ReplaceableStorage,
+    RetentionStorage,
+    SearchableStorage,
+    SequencedStorage,
+    SessionListing,
     SummaryCheckpoint,
     find_ability,
 )
@@ -117,14 +121,7 @@ def _check_limit(limit: object) -> int | None:
     return limit
 
 
-class SummarizingChatStorage(
-    ForwardSequenced,
-    ForwardSessions,
-    ForwardSearch,
-    ForwardRecords,
-    ForwardRetention,
-    ChatStorageWrapper,
-):
+class SummarizingChatStorage(ChatStorageWrapper):
     """Serve a summarized view of long histories; the inner store keeps every raw message.
 
     Args:
@@ -235,6 +232,19 @@ class SummarizingChatStorage(
             of a ``background=True`` layer that was not entered (``async with layer:``),
             before anything is written.
     """
+
+    # It consumes checkpoints (never offers them) and forwards the raw record's head and tail.
+    abilities = Abilities(
+        passes=(
+            ListableStorage,
+            SequencedStorage,
+            SessionListing,
+            SearchableStorage,
+            RecordStorage,
+        ),
+        transforms=(DescribableStorage, ReplaceableStorage, RetentionStorage),
+        hides=(CheckpointStorage,),
+    )
 
     def __init__(
         self,
@@ -525,7 +535,13 @@ class SummarizingChatStorage(
         )
         return await self._after_save(key, stored, generation)
 
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    async def replace(
+        self,
+        key: ChatKey,
+        messages: Sequence[ChatMessage],
+        *,
+        expected_version: str | None = None,
+    ) -> list[ChatMessage]:
         """Atomically replace the key's raw record (the store drops its checkpoint); the
         cached view is dropped, so the next fetch is built from the new record.
 
@@ -535,7 +551,9 @@ class SummarizingChatStorage(
         self._states.drop(key)
         inner: Any = self.inner
         try:
-            result: list[ChatMessage] = await inner.replace(key, messages)
+            result: list[ChatMessage] = await inner.replace(
+                key, messages, expected_version=expected_version
+            )
         finally:
             self._states.drop(key)
         return result

@@ -6,7 +6,8 @@
      "created_at":"2024-...","messages":["<codec record>", ...]}
 
 Written whole, atomically (temporary file, fsync, rename) by the holder of the session's
-flock, after the compare-and-set checks (``store``); read without a lock. A checkpoint whose
+flock, after the compare-and-set checks (:func:`save`); read without a lock. The payload is
+:mod:`storage.stores.payloads`'s. A checkpoint whose
 ``epoch`` is not the key's current one is void (the key was replaced or purged since). A
 sidecar that does not decode (bad JSON, the wrong shape, a message that does not decode, a
 newer or unknown format version) is derived data: it counts as none (reported once, so the
@@ -19,71 +20,28 @@ file over the path, so an unchanged identity means unchanged content and a head 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
-from datetime import datetime
 from typing import Final
 
+import attrs
+
 from storage.abilities import SummaryCheckpoint
-from storage.codec import decode, encode
-from storage.errors import CorruptRecordError, SchemaVersionError
+from storage.errors import CorruptRecordError
 from storage.message import ChatMessage
-from storage.stores.jsonl.fsutil import O_READ, write_atomic
+from storage.stores.jsonl.cache import LineCache
+from storage.stores.jsonl.fsutil import O_READ, fsync_dir, write_atomic
+from storage.stores.jsonl.locks import flock
+from storage.stores.jsonl.names import Paths
+from storage.stores.jsonl.reads import load_items
+from storage.stores.payloads import decode_checkpoint, encode_checkpoint
+
+__all__ = ["CheckpointReader", "save", "write_checkpoint"]
 
 Unusable = Callable[[str, object, object], None]  # (what, where, detail): count and log it
 
-_FORMAT: Final = 1
 _MAX_CACHED: Final = 4096
-
-
-def encode_checkpoint(checkpoint: SummaryCheckpoint) -> bytes:
-    """The sidecar's bytes (one JSON object and a newline)."""
-    body = {
-        "v": _FORMAT,
-        "version": checkpoint.version,
-        "epoch": checkpoint.epoch,
-        "covers_to": checkpoint.covers_to,
-        "summarizer": checkpoint.summarizer,
-        "created_at": checkpoint.created_at.isoformat(),
-        "messages": [encode(m) for m in checkpoint.messages],
-    }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
-def decode_checkpoint(data: bytes) -> SummaryCheckpoint:
-    """The checkpoint a sidecar holds.
-
-    Raises:
-        CorruptRecordError: the bytes are not a checkpoint this store wrote.
-    """
-    try:
-        raw = json.loads(data)
-        if raw.get("v") != _FORMAT:
-            raise ValueError(f"unknown format {raw.get('v')!r}")
-        version, covers_to = raw["version"], raw["covers_to"]
-        epoch, summarizer = raw["epoch"], raw["summarizer"]
-        if not (type(version) is int and type(covers_to) is int and isinstance(epoch, str)):
-            raise TypeError("bad field types")
-        messages: list[ChatMessage] = [decode(m) for m in raw["messages"]]
-        return SummaryCheckpoint(
-            messages=tuple(messages),
-            covers_to=covers_to,
-            epoch=epoch,
-            summarizer=str(summarizer),
-            created_at=datetime.fromisoformat(raw["created_at"]),
-            version=version,
-        )
-    except (
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        CorruptRecordError,
-        SchemaVersionError,
-    ) as exc:
-        raise CorruptRecordError(f"cannot decode a summary checkpoint: {exc!r}") from exc
 
 
 def write_checkpoint(path: str, checkpoint: SummaryCheckpoint) -> None:
@@ -92,7 +50,40 @@ def write_checkpoint(path: str, checkpoint: SummaryCheckpoint) -> None:
     Raises:
         OSError: it cannot be written.
     """
-    write_atomic(path, encode_checkpoint(checkpoint))
+    write_atomic(path, encode_checkpoint(checkpoint).encode("utf-8") + b"\n")
+
+
+def save(
+    paths: Paths,
+    checkpoint: SummaryCheckpoint,
+    expected: int,
+    reader: CheckpointReader,
+    cache: LineCache,
+    *,
+    sync_dir: bool,
+) -> SummaryCheckpoint | None:
+    """Compare-and-set the key's checkpoint under the session's flock: stored as version
+    ``expected + 1`` only if the current one's version is ``expected``, its epoch the key's
+    and ``covers_to`` the ``seq`` of a message the key holds; with ``sync_dir`` the rename is
+    fsynced too.
+
+    Raises:
+        OSError: a file cannot be read or written.
+    """
+    with flock(paths, make_dirs=False) as lock_fd:
+        if lock_fd is None:
+            return None  # no session: the key holds nothing
+        epoch, items = load_items(paths.data, paths.lock, cache)
+        seqs = {seq for seq, item in items if type(item) is ChatMessage}
+        if not seqs or checkpoint.epoch != epoch or checkpoint.covers_to not in seqs:
+            return None
+        if reader.version(paths.ckpt, epoch) != expected:
+            return None
+        stored = attrs.evolve(checkpoint, version=expected + 1)
+        write_checkpoint(paths.ckpt, stored)
+        if sync_dir:  # the rename too must survive a power loss
+            fsync_dir(paths.session_dir)
+        return stored
 
 
 class CheckpointReader:
@@ -142,6 +133,15 @@ class CheckpointReader:
                 self._cache.clear()
             self._cache[path] = (identity, checkpoint)
         return checkpoint
+
+    def version(self, path: str, epoch: str) -> int:
+        """The version of the checkpoint at ``path`` when it is of ``epoch``, else 0.
+
+        Raises:
+            OSError: it exists but cannot be read.
+        """
+        checkpoint = self.read(path)
+        return checkpoint.version if checkpoint is not None and checkpoint.epoch == epoch else 0
 
     def drop(self, prefix: str) -> None:
         """Forget every sidecar equal to or under ``prefix`` (erased text leaves memory)."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 
 from storage.stores.jsonl.fsutil import unlink, write_atomic
+from storage.stores.jsonl.locks import flock
+from storage.stores.jsonl.names import Paths
 
 
 def read_lease(path: str) -> tuple[str, float] | None:
@@ -54,3 +56,16 @@ def release(path: str, owner: str) -> None:
     held = read_lease(path)
     if held is not None and held[0] == owner:
         unlink(path)
+
+
+def acquire_locked(paths: Paths, owner: str, ttl: float, now: float) -> bool:
+    """:func:`acquire` under the session's flock (its directories made when missing)."""
+    with flock(paths):
+        return acquire(paths.lease, owner, ttl, now)
+
+
+def release_locked(paths: Paths, owner: str) -> None:
+    """:func:`release` under the session's flock (nothing to do without a session)."""
+    with flock(paths, make_dirs=False) as lock_fd:
+        if lock_fd is not None:
+            release(paths.lease, owner)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Final, TypeVar
 
 import attrs
@@ -42,7 +42,9 @@ import attrs
 from storage.abilities import ConversationRecord
 from storage.codec import check_format_version, decode, encode
 from storage.errors import CorruptRecordError
-from storage.message import ChatMessage, thaw
+from storage.message import ChatMessage
+from storage.stores.payloads import decode_record, record_fields
+from storage.stores.times import to_us
 
 T = TypeVar("T")
 Parsed = tuple[int, int | None, T]  # (seq, to, payload) of a valid line
@@ -57,7 +59,6 @@ TORN_MARK: Final = b" torn\n"  # ends a torn tail the next writer found: never v
 _HDR: Final = b'{"hdr":1,"epoch":"'
 _ANY_HDR: Final = b'{"hdr":'
 _REC: Final = b'"rec":1,'
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 IdKey = str | tuple[str, str]  # a message id, or ("rec", id) for a record: never equal
@@ -118,15 +119,7 @@ def format_record(seq: int, record: ConversationRecord) -> bytes:
     Raises:
         TypeError, ValueError: ``data`` is not JSON data.
     """
-    assert record.created_at is not None
-    return b'{"seq":%d,%b"id":%b,"kind":%b,"at":"%b","data":%b}\n' % (
-        seq,
-        _REC,
-        _dumps(record.id).encode("utf-8"),
-        _dumps(record.kind).encode("utf-8"),
-        record.created_at.isoformat().encode("ascii"),
-        _dumps(thaw(record.data)).encode("utf-8"),
-    )
+    return b'{"seq":%d,%b%b}\n' % (seq, _REC, record_fields(record).encode("utf-8"))
 
 
 def single_line(line: bytes) -> bytes:
@@ -139,14 +132,7 @@ def single_line(line: bytes) -> bytes:
 
 
 def _decode_record(seq: int, line: bytes) -> ConversationRecord:
-    try:
-        raw = json.loads(line)
-        kind, data, rid = raw["kind"], raw["data"], raw["id"]
-        if not (isinstance(kind, str) and isinstance(rid, str) and isinstance(data, dict)):
-            raise TypeError("bad field types")
-        return ConversationRecord(kind, data, rid, datetime.fromisoformat(raw["at"]), seq)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptRecordError(f"cannot decode a stored record: {exc!r}") from exc
+    return decode_record(line, seq)
 
 
 def format_batch(first: int, messages: Sequence[ChatMessage]) -> list[bytes]:
@@ -381,11 +367,6 @@ def scan(
 
 
 _AT: Final = b'","at":"'
-_UNIX: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def to_us(moment: datetime) -> int:
-    return (moment - _UNIX) // timedelta(microseconds=1)
 
 
 def parse_time(line: bytes) -> Parsed[int | None] | None:

@@ -19,7 +19,7 @@ from typing import Final
 
 from storage.abilities import ConversationRecord
 from storage.history import drop_orphaned_results
-from storage.message import ChatMessage
+from storage.message import ChatKey, ChatMessage
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ
 from storage.stores.jsonl.lines import (
@@ -35,8 +35,8 @@ from storage.stores.jsonl.lines import (
     scan,
 )
 from storage.stores.jsonl.locks import writer_active
-from storage.stores.jsonl.names import LOCK_NAME
-from storage.stores.jsonl.tree import agent_of
+from storage.stores.jsonl.names import LOCK_NAME, key_paths
+from storage.stores.jsonl.tree import agent_of, all_keys
 
 log = logging.getLogger(__package__)  # one logger for the whole store
 
@@ -342,3 +342,28 @@ def session_rows(
             assert message.created_at is not None
             rows.append((message.created_at, seq, agent, message))
     return rows
+
+
+def keys_with_messages(
+    root: str, user_id: str | None, session_id: str | None, cache: LineCache
+) -> list[ChatKey]:
+    """The keys (of one user or session) whose file holds a message: a file may hold only
+    records or its header after a replace or a purge (one tail read each)."""
+    keys = []
+    for key in all_keys(root, user_id, session_id):
+        paths = key_paths(root, key.user_id, key.session_id, key.agent_id)
+        if read_since(paths.data, paths.lock, 0, cache, 1)[1]:
+            keys.append(key)
+    return keys
+
+
+def user_messages(root: str, user_id: str, cache: LineCache) -> list[tuple[ChatKey, ChatMessage]]:
+    """Every message of ``user_id`` with its key (each of the user's files read whole,
+    decoded lines served from the cache; other users' files are never opened)."""
+    items: list[tuple[ChatKey, ChatMessage]] = []
+    for key in all_keys(root, user_id, None):
+        if key.user_id != user_id:
+            continue
+        paths = key_paths(root, key.user_id, key.session_id, key.agent_id)
+        items.extend((key, m) for _, m in load_messages(paths.data, paths.lock, cache))
+    return items

@@ -7,7 +7,12 @@ the key's checkpoint is removed after the rename (a crash between leaves a check
 old epoch, which is void). Readers see the old file or the new one. Lines kept are copied
 byte for byte without their batch marks (the rename makes the new file atomic as a whole).
 Whatever removes messages keeps the session's last activity (``sessions.keep_activity``), and
-a purge removes tool groups whole (:func:`storage.history.whole_tool_groups`).
+a purge removes tool groups whole and no orphaned answers stay at the front
+(:func:`storage.purge.purge_mask`).
+
+The entry points (:func:`replace_key`, :func:`delete_key`, :func:`delete_user`,
+:func:`purge_root`) take the session's flock themselves and run on a worker thread; each
+calls ``forget`` for every file it changed, so the store drops what it cached of them.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from storage.history import whole_tool_groups
-from storage.message import ChatMessage
-from storage.stores.jsonl.fsutil import fsync_dir, listdir, unlink, write_atomic
+from storage.abilities import Head
+from storage.message import ChatKey, ChatMessage
+from storage.purge import purge_mask
+from storage.stores.base import EMPTY_HEAD, conflict
+from storage.stores.epochs import new_epoch
+from storage.stores.jsonl.cache import LineCache
+from storage.stores.jsonl.fsutil import fsync_dir, listdir, rmdir_if_empty, unlink, write_atomic
 from storage.stores.jsonl.lines import (
     Item,
     Scan,
@@ -26,14 +35,28 @@ from storage.stores.jsonl.lines import (
     format_header,
     memory_lines,
     single_line,
-    to_us,
 )
 from storage.stores.jsonl.lines import scan as scan_lines
-from storage.stores.jsonl.locks import read_counter, reserve
-from storage.stores.jsonl.names import Paths, is_key_file
-from storage.stores.jsonl.sessions import activity_before, keep_activity
-from storage.stores.jsonl.tree import remove_session
-from storage.stores.jsonl.writer import new_epoch
+from storage.stores.jsonl.locks import flock, read_counter, reserve
+from storage.stores.jsonl.names import (
+    Paths,
+    file_paths,
+    is_key_file,
+    read_sidecar,
+    session_paths,
+    write_sidecar,
+)
+from storage.stores.jsonl.reads import read_since
+from storage.stores.jsonl.sessions import (
+    activity_before,
+    keep_activity,
+    store_summary,
+    summarize_session,
+)
+from storage.stores.jsonl.tree import all_sessions, remove_session
+from storage.stores.times import to_us
+
+Forget = Callable[[Paths], None]  # drop what the store cached of one key's files
 
 
 def read_whole(path: str) -> tuple[bytes, Scan]:
@@ -138,7 +161,7 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
     old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]
     if not any(old):
         return 0
-    drop, _ = whole_tool_groups(messages, old)  # tool groups go whole
+    drop, _ = purge_mask(messages, old)  # the whole record is here
     doomed = {id(m) for m, gone in zip(messages, drop, strict=True) if gone}
 
     def keep(item: Item) -> bool:
@@ -152,3 +175,99 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
     else:
         remove_key(paths, lock_fd, keep_lease=True)
     return dropped
+
+
+def version(paths: Paths, cache: LineCache) -> str:
+    """The key's ``Head.version`` (``"epoch.last_seq"``) read from its file."""
+    epoch, newest, _ = read_since(paths.data, paths.lock, 0, cache, limit=1)
+    return (Head(newest, epoch) if newest else EMPTY_HEAD).version
+
+
+def replace_key(
+    paths: Paths,
+    key: ChatKey,
+    batch: list[ChatMessage],
+    expected_version: str | None,
+    cache: LineCache,
+    forget: Forget,
+) -> None:
+    """Make ``batch`` the key's messages under the session's flock (:func:`replace_file`),
+    only while its version is ``expected_version`` when given.
+
+    Raises:
+        ConflictError: the key's version is not ``expected_version`` (nothing changed).
+        OSError: a file cannot be read or written.
+    """
+    with flock(paths, sync_dirs=True) as lock_fd:
+        assert lock_fd is not None
+        try:
+            if expected_version is not None:
+                found = version(paths, cache)
+                if found != expected_version:
+                    raise conflict(key, expected_version, found)
+            full = [key.user_id, key.session_id, key.agent_id]
+            if batch and paths.sidecar is not None and read_sidecar(paths.sidecar) != full:
+                write_sidecar(paths.sidecar, key)  # the full key beside a hashed name
+            replace_file(paths, lock_fd, batch)
+        finally:
+            forget(paths)
+    rmdir_if_empty(paths.user_dir)
+
+
+def delete_key(paths: Paths, forget: Forget) -> None:
+    """Erase one conversation's files under the session's flock (:func:`remove_key`).
+
+    Raises:
+        OSError: a file cannot be removed.
+    """
+    with flock(paths, make_dirs=False) as lock_fd:
+        remove_key(paths, lock_fd)
+        forget(paths)
+    rmdir_if_empty(paths.user_dir)
+
+
+def delete_user(user_dir: str) -> None:
+    """Erase every session directory of a user, each under its flock.
+
+    Raises:
+        OSError: a file cannot be removed.
+    """
+    for session in listdir(user_dir):
+        session_dir = os.path.join(user_dir, session)
+        if not os.path.isdir(session_dir):
+            unlink(session_dir)
+            continue
+        with flock(session_paths(user_dir, session_dir), make_dirs=False) as lock_fd:
+            remove_session(session_dir, held_lock=lock_fd is not None)
+    rmdir_if_empty(user_dir)
+
+
+def purge_root(root: str, cutoff_us: int, forget: Forget) -> int:
+    """Purge every file under ``root`` holding a message older than ``cutoff_us``: a walk
+    with each session's summary, and only those files read whole and rewritten; how many
+    messages went.
+
+    Raises:
+        OSError: a file cannot be read or rewritten.
+    """
+    removed = 0
+    for user_dir, session_dir, _ in all_sessions(root):
+        summary, changed = summarize_session(session_dir)
+        old = [n for n, e in summary.files.items() if e.count and e.min_us < cutoff_us]
+        paths = session_paths(user_dir, session_dir)
+        if not old:
+            if changed:
+                store_summary(paths, summary)
+            continue
+        # flock alone excludes writers of this and other processes (its own descriptor).
+        with flock(paths, make_dirs=False) as lock_fd:
+            if lock_fd is None:
+                continue
+            for name in old:
+                key_file = file_paths(user_dir, session_dir, name)
+                try:
+                    removed += purge_file(key_file, lock_fd, cutoff_us)
+                finally:
+                    forget(key_file)
+        rmdir_if_empty(user_dir)
+    return removed

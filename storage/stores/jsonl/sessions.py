@@ -29,24 +29,20 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import attrs
 
-from storage.stores.jsonl.fsutil import O_READ, write_atomic
+from storage.abilities import SessionInfo
+from storage.stores.jsonl.fsutil import O_READ, listdir, write_atomic
 from storage.stores.jsonl.lines import parse_time, read_lines, scan
 from storage.stores.jsonl.locks import WouldBlock, flock
-from storage.stores.jsonl.names import DATA_SUFFIX, SUMMARY_NAME, Paths
+from storage.stores.jsonl.names import SUMMARY_NAME, Paths, encode_name, session_paths
+from storage.stores.jsonl.tree import agent_of, data_files, session_of
+from storage.stores.times import from_us
 
 _FORMAT: Final = 1
 _CHECK: Final = 32  # bytes before ``end`` that must be unchanged for an entry to stand
-_UNIX: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def from_us(us: int) -> datetime:
-    """A UTC datetime from µs since the Unix epoch."""
-    return _UNIX + timedelta(microseconds=us)
 
 
 @attrs.frozen(slots=True)
@@ -184,8 +180,8 @@ def summarize_session(session_dir: str) -> tuple[SessionSummary, bool]:
     """
     cached = read_summary(session_dir)
     out: dict[str, FileSummary] = {}
-    for name, path, listed in data_files(session_dir):
-        entry = summarize_file(path, cached.files.get(name), listed)
+    for name, path, st in data_files(session_dir):
+        entry = summarize_file(path, cached.files.get(name), (st.st_dev, st.st_ino, st.st_size))
         if entry is not None:
             out[name] = entry
     return SessionSummary(out, cached.active), out != cached.files
@@ -217,24 +213,6 @@ def keep_activity(session_dir: str, active: int) -> None:
     if not needed and not os.path.exists(os.path.join(session_dir, SUMMARY_NAME)):
         return  # the files tell it all: no summary needed
     _write(session_dir, SessionSummary(summary.files, needed))
-
-
-def data_files(session_dir: str) -> list[tuple[str, str, tuple[int, int, int]]]:
-    """``(name, path, (dev, ino, size))`` of every data file of a session directory."""
-    out = []
-    try:
-        entries = list(os.scandir(session_dir))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    for entry in entries:
-        name = entry.name
-        if name.endswith(DATA_SUFFIX) and not name.startswith("."):
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            out.append((name, entry.path, (st.st_dev, st.st_ino, st.st_size)))
-    return out
 
 
 def store_summary(paths: Paths, summary: SessionSummary) -> None:
@@ -273,3 +251,37 @@ def _write(session_dir: str, summary: SessionSummary) -> None:
         body["active"] = summary.active
     text = json.dumps(body, separators=(",", ":"))
     write_atomic(os.path.join(session_dir, SUMMARY_NAME), text.encode("ascii"), sync=False)
+
+
+def user_sessions(root: str, user_id: str) -> list[SessionInfo]:
+    """Every session of ``user_id`` holding a message (any order), from the session
+    summaries, brought up to date and written back on the way.
+
+    Raises:
+        OSError: a file exists but cannot be read.
+    """
+    out = []
+    user_dir = os.path.join(root, encode_name(user_id))
+    for name in listdir(user_dir):
+        session_dir = os.path.join(user_dir, name)
+        summary, changed = summarize_session(session_dir)
+        if changed:
+            store_summary(session_paths(user_dir, session_dir), summary)
+        agents, count, lo, hi = [], 0, 0, 0
+        for file_name, entry in summary.files.items():
+            if not entry.count:
+                continue
+            agent = agent_of(session_dir, file_name)
+            if agent is None:
+                continue
+            agents.append(agent)
+            lo = entry.min_us if not count else min(lo, entry.min_us)
+            hi = entry.max_us if not count else max(hi, entry.max_us)
+            count += entry.count
+        session_id = session_of(session_dir, list(summary.files)) if count else None
+        if session_id is not None:
+            agents.sort()
+            # The last activity: deleting a conversation of the session does not lower it.
+            hi = max(hi, summary.active)
+            out.append(SessionInfo(session_id, tuple(agents), count, from_us(lo), from_us(hi)))
+    return out

@@ -22,8 +22,9 @@ from storage.stores.jsonl.names import (
 log = logging.getLogger(__package__)  # one logger for the whole store
 
 
-def session_files(session_dir: str) -> list[tuple[str, str, int]]:
-    """``(agent name, path, size)`` of every data file of a session directory, sorted."""
+def data_files(session_dir: str) -> list[tuple[str, str, os.stat_result]]:
+    """``(name, path, stat)`` of every data file of a session directory, sorted (a file
+    removed while listing is left out)."""
     out = []
     try:
         entries = list(os.scandir(session_dir))
@@ -33,11 +34,16 @@ def session_files(session_dir: str) -> list[tuple[str, str, int]]:
         name = entry.name
         if name.endswith(DATA_SUFFIX) and not name.startswith("."):
             try:
-                out.append((name, entry.path, entry.stat(follow_symlinks=False).st_size))
+                out.append((name, entry.path, entry.stat(follow_symlinks=False)))
             except FileNotFoundError:
                 continue
-    out.sort()
+    out.sort(key=lambda row: row[0])
     return out
+
+
+def session_files(session_dir: str) -> list[tuple[str, str, int]]:
+    """``(agent name, path, size)`` of every data file of a session directory, sorted."""
+    return [(name, path, st.st_size) for name, path, st in data_files(session_dir)]
 
 
 def all_sessions(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -22,6 +21,7 @@ import attrs
 
 from storage.abilities import ConversationRecord
 from storage.message import ChatKey, ChatMessage
+from storage.stores.epochs import new_epoch
 from storage.stores.jsonl.fsutil import fsync_dir, fsync_paths
 from storage.stores.jsonl.lines import (
     TORN_MARK,
@@ -48,11 +48,6 @@ _MAX_DIRTY: Final = 4096
 # Called under the flock with the data file's descriptor before anything is written (the
 # version check of ``save_messages_if``); raises to write nothing.
 Precondition = Callable[[int], None]
-
-
-def new_epoch() -> str:
-    """A fresh random epoch (128 bits, hex)."""
-    return secrets.token_hex(16)
 
 
 @attrs.define(slots=True)

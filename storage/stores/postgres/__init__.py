@@ -43,6 +43,13 @@ versions, and never written.
 dead tuples, WAL and backups, and what a DBA does about it, is in :mod:`.erasure`
 (``await store.vacuum()`` runs ``VACUUM FULL`` on the store's tables).
 
+Modules: :mod:`.store` (the class: options and hooks), :mod:`.context` (the pool and what
+the modules share), :mod:`.schema`, :mod:`.functions` and :mod:`.statements` (the SQL),
+:mod:`.writes` (saves, replace with compare-and-replace, deletes), :mod:`.sequenced` (heads
+and tails), :mod:`.checkpoints` (checkpoints and leases), :mod:`.sessions`, :mod:`.search`,
+:mod:`.records`, :mod:`.retention`, :mod:`.derived` (rebuilding key and session rows),
+:mod:`.erasure`, :mod:`.names` and :mod:`.text`.
+
 Needs PostgreSQL 13 or newer (``gen_random_uuid``, ``websearch_to_tsquery``; tested on 15)
 and a login that may create tables and functions in its schema. asyncpg is asyncio-only, and
 so is this store (under trio it raises ``ConfigError``).

@@ -5,12 +5,12 @@
 hand or by a bug. When they do:
 
 - a key row missing while the key holds messages (a head with messages but no epoch) is
-  rebuilt from them (:meth:`DerivedMixin._repair_key`: a new epoch, so its checkpoint is
+  rebuilt from them (:func:`repair_key`: a new epoch, so its checkpoint is
   void), by ``head``, ``fetch_since`` and the write that meets it;
 - a key row whose last sequence number fell behind (a write's numbers collide with stored
   ones) is rebuilt the same way and the write runs again;
 - a user's session rows that disagree with the key rows (how many sessions, how many
-  messages) are rebuilt, key rows from the messages first (:meth:`DerivedMixin._rebuild_user`).
+  messages) are rebuilt, key rows from the messages first (:func:`rebuild_user`).
 
 Each is logged once and counted in ``corrupt_derived``.
 """
@@ -18,36 +18,36 @@ Each is logged once and counted in ``corrupt_derived``.
 from __future__ import annotations
 
 from storage.message import ChatKey
-from storage.stores.postgres.core import PostgresCore
+from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.text import key_args
 
-__all__ = ["DerivedMixin"]
+__all__ = ["rebuild_user", "repair_key", "sessions_consistent"]
 
 
-class DerivedMixin(PostgresCore):
-    """Rebuilding the key and session rows from the messages."""
+async def repair_key(ctx: PostgresContext, key: ChatKey, why: str) -> None:
+    """Rebuild one key's row from its messages and records, in one transaction under the
+    row's lock: numbering goes on above every stored number, in a new epoch."""
+    args = key_args(key)
+    ctx.unusable("head", key, why)
+    pool = await ctx.pool()
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(ctx.sql.lock_key, *args)
+        await conn.execute(ctx.sql.repair_key, *args)
+        await conn.execute(ctx.sql.drop_checkpoint, *args)
+        await conn.execute(ctx.sql.refresh, args[0], args[1])
 
-    async def _repair_key(self, key: ChatKey, why: str) -> None:
-        """Rebuild one key's row from its messages and records, in one transaction under
-        the row's lock: numbering goes on above every stored number, in a new epoch."""
-        args = key_args(key)
-        self._derived_unusable("head", key, why)
-        pool = self._pool or await self._get_pool()
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(self._sql.lock_key, *args)
-            await conn.execute(self._sql.repair_key, *args)
-            await conn.execute(self._sql.drop_checkpoint, *args)
-            await conn.execute(self._sql.refresh, args[0], args[1])
 
-    async def _sessions_consistent(self, user: str) -> bool:
-        pool = self._pool or await self._get_pool()
-        return bool(await pool.fetchval(self._sql.sessions_check, user))
+async def sessions_consistent(ctx: PostgresContext, user: str) -> bool:
+    """Whether the user's session rows agree with the key rows (counts of both)."""
+    pool = await ctx.pool()
+    return bool(await pool.fetchval(ctx.sql.sessions_check, user))
 
-    async def _rebuild_user(self, user: str) -> None:
-        """Rebuild a user's key rows from the messages, then the session rows from them."""
-        self._derived_unusable("session tally", f"user {user!r}", "disagrees with the keys")
-        pool = self._pool or await self._get_pool()
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(self._sql.rebuild_user_keys, user)
-            await conn.execute(self._sql.empty_user_keys, user)
-            await conn.execute(self._sql.refresh_user, user)
+
+async def rebuild_user(ctx: PostgresContext, user: str) -> None:
+    """Rebuild a user's key rows from the messages, then the session rows from them."""
+    ctx.unusable("session tally", f"user {user!r}", "disagrees with the keys")
+    pool = await ctx.pool()
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(ctx.sql.rebuild_user_keys, user)
+        await conn.execute(ctx.sql.empty_user_keys, user)
+        await conn.execute(ctx.sql.refresh_user, user)

@@ -9,8 +9,8 @@ PostgreSQL keeps copies of deleted rows outside the live tables until they are o
 - **dead tuples**: a deleted row stays in its heap page (and its words in the GIN index) until
   the space is reused; ``VACUUM`` marks it reusable but does not overwrite it. ``VACUUM FULL``
   (or ``pg_repack``) rewrites the tables and their indexes into new files, and the old files
-  are removed at the next checkpoint: :meth:`ErasureMixin.vacuum` runs it on the store's
-  tables (an ``ACCESS EXCLUSIVE`` lock per table while it runs: schedule it).
+  are removed at the next checkpoint: ``await store.vacuum()`` (:func:`vacuum`) runs it on the
+  store's tables (an ``ACCESS EXCLUSIVE`` lock per table while it runs: schedule it).
 - **WAL and its archives**: the inserted text is in the write-ahead log until its segments
   are recycled and overwritten, and in every WAL archive and base backup until they expire.
   Set archive and backup retention to your erasure deadline (``archive_cleanup_command``,
@@ -20,7 +20,7 @@ PostgreSQL keeps copies of deleted rows outside the live tables until they are o
 - **replicas** apply the deletes through replication; their own dead tuples need the same
   ``VACUUM FULL``.
 - **column statistics** (``pg_statistic``) can hold sample values of short texts from the
-  last ``ANALYZE``: :meth:`ErasureMixin.vacuum` re-analyzes the tables, so the live
+  last ``ANALYZE``: :func:`vacuum` (``await store.vacuum()``) re-analyzes the tables, so the live
   statistics hold no erased value (the old statistics rows are dead tuples of
   ``pg_statistic`` until a superuser's ``VACUUM FULL pg_statistic``).
 
@@ -32,34 +32,19 @@ after ``VACUUM FULL`` and a ``CHECKPOINT`` it is in no file under ``base/``, onl
 
 from __future__ import annotations
 
-from storage.stores.postgres.core import PostgresCore
+from storage.stores.postgres.context import PostgresContext
 
-__all__ = ["ErasureMixin"]
+__all__ = ["vacuum"]
 
 
-class ErasureMixin(PostgresCore):
-    """Physical reclaim of erased rows (see the module docstring)."""
-
-    async def vacuum(self, *, full: bool = True) -> None:
-        """``VACUUM`` (``FULL`` by default) every table of the store, so the bytes of deleted
-        rows leave the data files (``FULL`` rewrites each table and its indexes).
-
-        Args:
-            full: rewrite the tables (``VACUUM FULL``: erased text gone from the data files
-                once the next checkpoint removes the old files; blocks each table while it
-                runs) or only mark dead rows reusable (plain ``VACUUM``, no blocking).
-
-        Raises:
-            StorageUnavailableError: the server cannot be reached, or the login may not
-                vacuum these tables (password redacted).
-        """
-        pool = self._pool or await self._get_pool()
-        names = self.names
-        tables = [names.messages] + [
-            names.qualified(what)
-            for what in ("keys", "sessions", "checkpoints", "leases", "records")
-        ]
-        verb = "VACUUM (FULL, ANALYZE)" if full else "VACUUM (ANALYZE)"
-        async with pool.acquire() as conn:
-            for table in tables:
-                await conn.execute(f"{verb} {table}")
+async def vacuum(ctx: PostgresContext, *, full: bool) -> None:
+    """``VACUUM`` (``FULL``: rewritten) every table of the store, then ``ANALYZE`` it."""
+    pool = await ctx.pool()
+    names = ctx.names
+    tables = [names.messages] + [
+        names.qualified(what) for what in ("keys", "sessions", "checkpoints", "leases", "records")
+    ]
+    verb = "VACUUM (FULL, ANALYZE)" if full else "VACUUM (ANALYZE)"
+    async with pool.acquire() as conn:
+        for table in tables:
+            await conn.execute(f"{verb} {table}")

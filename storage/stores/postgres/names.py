@@ -13,7 +13,7 @@ from typing import Final
 
 import attrs
 
-from storage.errors import ConfigError
+from storage.errors import InvalidArgumentError
 
 __all__ = ["MAX_NAME", "Names", "check_name", "ident"]
 
@@ -51,11 +51,11 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def check_name(what: str, name: object) -> str:
+def check_name(name: object) -> str:
     """A schema or table name the store can use.
 
     Raises:
-        ConfigError: not a non-empty str of at most 48 bytes without NUL.
+        InvalidArgumentError: not a non-empty str of at most 48 bytes without NUL.
     """
     if (
         not isinstance(name, str)
@@ -63,9 +63,8 @@ def check_name(what: str, name: object) -> str:
         or "\x00" in name
         or len(name.encode("utf-8", "replace")) > MAX_NAME
     ):
-        raise ConfigError(
-            f"postgres {what} must be a non-empty str of at most {MAX_NAME} bytes "
-            f"without NUL, got {name!r}"
+        raise InvalidArgumentError(
+            f"must be a non-empty str of at most {MAX_NAME} bytes without NUL, got {name!r}"
         )
     return name
 

@@ -8,83 +8,46 @@ order. ``delete``/``delete_user`` erase them with the conversation.
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-
 from storage.abilities import ConversationRecord
-from storage.errors import CorruptRecordError
-from storage.message import ChatKey, thaw
-from storage.stores.base import check_key
-from storage.stores.checks import check_record
-from storage.stores.postgres.core import PostgresCore
+from storage.message import ChatKey
+from storage.stores.payloads import decode_record, encode_record
+from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.text import escape_column, key_args
 
-__all__ = ["RecordsMixin"]
+__all__ = ["fetch", "save"]
 
 
-def _encode(record: ConversationRecord) -> str:
-    return json.dumps(
-        {"id": record.id, "kind": record.kind, "data": thaw(record.data)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-        allow_nan=False,
+async def save(
+    ctx: PostgresContext, key: ChatKey, record: ConversationRecord
+) -> ConversationRecord:
+    """Store ``record`` (``created_at`` set; idempotent by id); the record as stored."""
+    args = key_args(key)
+    assert record.created_at is not None
+    pool = await ctx.pool()
+    row = await pool.fetchrow(
+        ctx.sql.save_record,
+        *args,
+        escape_column(record.id),
+        escape_column(record.kind),
+        record.created_at,
+        encode_record(record),
     )
+    assert row is not None
+    seq, created_at, text = row
+    return decode_record(text, seq, created_at)
 
 
-def _decode(seq: int, created_at: datetime, text: str) -> ConversationRecord:
-    try:
-        data = json.loads(text)
-        return ConversationRecord(data["kind"], data["data"], data["id"], created_at, seq)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptRecordError(f"cannot decode stored record {text[:80]!r}: {exc!r}") from exc
-
-
-class RecordsMixin(PostgresCore):
-    """Application records, ordered with the key's messages."""
-
-    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
-        """Store ``record`` (idempotent by id); return it as stored (``seq``, ``created_at``;
-        for an id stored already, the stored record).
-
-        Raises:
-            InvalidArgumentError: empty ``kind`` or data that is not JSON-like.
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
-            StorageUnavailableError: the server cannot be reached (password redacted).
-        """
-        args = key_args(check_key(key))
-        record = check_record(record)
-        created_at = record.created_at or self._now()
-        pool = self._pool or await self._get_pool()
-        row = await pool.fetchrow(
-            self._sql.save_record,
-            *args,
-            escape_column(record.id),
-            escape_column(record.kind),
-            created_at,
-            _encode(record),
-        )
-        assert row is not None
-        return _decode(row[0], row[1], row[2])
-
-    async def fetch_records(
-        self, key: ChatKey, *, kind: str | None = None
-    ) -> list[ConversationRecord]:
-        """The key's records in store order, optionally of one ``kind`` only.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or holds a lone surrogate.
-            StorageUnavailableError: the server cannot be reached (password redacted).
-            CorruptRecordError: a stored record cannot be decoded.
-        """
-        args = key_args(check_key(key))
-        pool = self._pool or await self._get_pool()
-        if kind is None:
-            rows = await pool.fetch(self._sql.fetch_records, *args)
-        else:
-            if not isinstance(kind, str) or not kind or not _encodable(kind):
-                return []
-            rows = await pool.fetch(self._sql.fetch_records_of_kind, *args, escape_column(kind))
-        return [_decode(seq, at, text) for seq, at, text in rows]
+async def fetch(ctx: PostgresContext, key: ChatKey, kind: str | None) -> list[ConversationRecord]:
+    """The key's records in store order, of ``kind`` or all."""
+    args = key_args(key)
+    pool = await ctx.pool()
+    if kind is None:
+        rows = await pool.fetch(ctx.sql.fetch_records, *args)
+    else:
+        if not _encodable(kind):
+            return []
+        rows = await pool.fetch(ctx.sql.fetch_records_of_kind, *args, escape_column(kind))
+    return [decode_record(text, seq, at) for seq, at, text in rows]
 
 
 def _encodable(text: str) -> bool:

@@ -2,10 +2,9 @@
 
 Each key holding an old message (found through the ``created_at`` index) is purged in its
 own transaction under the key's row lock (the lock every writer of the key takes): its
-messages up to the newest old one are read, tool groups are widened whole
-(:func:`storage.history.whole_tool_groups`: when any message of an assistant's tool calls and
-their results is older than the cut-off, the whole group goes, so the record never holds a
-result without its call or a call without its results), the doomed rows are deleted, the
+messages up to the newest old one are read (and on while the answer depends on what
+follows), what goes is widened by :func:`storage.purge.purge_mask` (tool groups whole, no
+orphaned answers of a question that went at the front), the doomed rows are deleted, the
 key's checkpoint dropped, a new epoch started (every cache of it is stale) and its session's
 summary recomputed, keeping the session's last activity; a key left with no message and no
 record is removed. Writes call it automatically at most once per ``purge_interval`` per store
@@ -14,20 +13,16 @@ instance; ``chatlayers purge`` (or :meth:`purge`) runs it now.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from datetime import datetime
+from typing import Any, Final
 
 from storage.codec import decode
 from storage.errors import ChatStorageError
-from storage.history import ends_tool_group, whole_tool_groups
 from storage.message import ChatMessage
-from storage.stores.checks import check_now
-from storage.stores.postgres.core import PostgresCore
+from storage.purge import purge_mask
+from storage.stores.postgres.context import PostgresContext
 
-if TYPE_CHECKING:
-    import asyncpg
-
-__all__ = ["RetentionMixin"]
+__all__ = ["purge"]
 
 _CHUNK: Final = 256
 _NOT_A_MESSAGE: Final = ChatMessage("user", "")  # an undecodable row: judged by its age alone
@@ -40,74 +35,51 @@ def _message(record: str) -> ChatMessage:
         return _NOT_A_MESSAGE
 
 
-class RetentionMixin(PostgresCore):
-    """Retention purges."""
+async def purge(ctx: PostgresContext, before: datetime) -> int:
+    """Delete the messages created before ``before``, key by key; how many went."""
+    pool = await ctx.pool()
+    deleted = 0
+    for user, session, agent in await pool.fetch(ctx.sql.purge_keys, before):
+        deleted += await _purge_key(ctx, (user, session, agent), before)
+    return deleted
 
-    async def purge(self, *, now: datetime | None = None) -> int:
-        """Delete messages older than ``now - retention`` (default ``now``: the store's
-        clock), whole tool groups at a time, with the checkpoints of the keys they belonged
-        to.
 
-        Returns:
-            How many messages were deleted (0 when the store has no retention).
-
-        Raises:
-            InvalidArgumentError: ``now`` is not an aware datetime.
-            StorageUnavailableError: the server cannot be reached (password redacted).
-        """
-        when = check_now(now)
-        if self.retention is None:
+async def _purge_key(ctx: PostgresContext, key: tuple[str, str, str], before: datetime) -> int:
+    sql = ctx.sql
+    pool = await ctx.pool()
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(sql.lock_key, *key)
+        last_old = await conn.fetchval(sql.last_old, *key, before)
+        if last_old is None:
             return 0
-        when = when or self._now()
-        pool = self._pool or await self._get_pool()
-        deleted = await self._purge_before(pool, when - timedelta(seconds=self.retention))
-        self._last_purge = when
-        return deleted
+        rows = await conn.fetch(sql.purge_rows, *key, last_old)
+        doomed = await _doomed(ctx, conn, key, rows, before)
+        active = await conn.fetchval(sql.session_last, key[0], key[1])
+        await conn.execute(sql.purge_delete, *key, doomed)
+        await conn.execute(sql.drop_checkpoint, *key)
+        await conn.execute(sql.recount_key, *key)
+        await conn.execute(sql.drop_empty_key, *key)
+        await conn.execute(sql.refresh, key[0], key[1])
+        if active is not None:
+            await conn.execute(sql.keep_last, key[0], key[1], active)
+    return len(doomed)
 
-    async def _purge_before(self, pool: asyncpg.Pool, before: datetime) -> int:
-        deleted = 0
-        for user, session, agent in await pool.fetch(self._sql.purge_keys, before):
-            deleted += await self._purge_key(pool, (user, session, agent), before)
-        return deleted
 
-    async def _purge_key(
-        self, pool: asyncpg.Pool, key: tuple[str, str, str], before: datetime
-    ) -> int:
-        sql = self._sql
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(sql.lock_key, *key)
-            last_old = await conn.fetchval(sql.last_old, *key, before)
-            if last_old is None:
-                return 0
-            rows = await conn.fetch(sql.purge_rows, *key, last_old)
-            messages = [_message(record) for _, _, record in rows]
-            drop, open_group = whole_tool_groups(messages, [at < before for _, at, _ in rows])
-            doomed = [row[0] for row, gone in zip(rows, drop, strict=True) if gone]
-            if open_group:  # the group that goes has results after the newest old message
-                doomed += await self._trailing_results(conn, key, last_old)
-            active = await conn.fetchval(sql.session_last, key[0], key[1])
-            await conn.execute(sql.purge_delete, *key, doomed)
-            await conn.execute(sql.drop_checkpoint, *key)
-            await conn.execute(sql.recount_key, *key)
-            await conn.execute(sql.drop_empty_key, *key)
-            await conn.execute(sql.refresh, key[0], key[1])
-            if active is not None:
-                await conn.execute(sql.keep_last, key[0], key[1], active)
-        return len(doomed)
-
-    async def _trailing_results(
-        self, conn: Any, key: tuple[str, str, str], after: int
-    ) -> list[int]:
-        """The ``tool`` rows after ``after`` up to the next assistant message with calls."""
-        out: list[int] = []
-        while True:
-            more = await conn.fetch(self._sql.purge_more, *key, after, _CHUNK)
-            for seq, record in more:
-                message = _message(record)
-                if ends_tool_group(message):
-                    return out
-                if message.role == "tool":
-                    out.append(seq)
-            if len(more) < _CHUNK:
-                return out
-            after = more[-1][0]
+async def _doomed(
+    ctx: PostgresContext, conn: Any, key: tuple[str, str, str], rows: Any, before: datetime
+) -> list[int]:
+    """The key's sequence numbers the purge deletes (:func:`storage.purge.purge_mask`), read
+    on in chunks after the newest old message while the answer depends on what follows."""
+    seqs = [row[0] for row in rows]
+    messages = [_message(record) for _, _, record in rows]
+    old = [at < before for _, at, _ in rows]
+    drop, more = purge_mask(messages, old)
+    while more:
+        chunk = await conn.fetch(ctx.sql.purge_more, *key, seqs[-1], _CHUNK)
+        if not chunk:
+            break
+        seqs += [seq for seq, _ in chunk]
+        messages += [_message(record) for _, record in chunk]
+        old += [False] * len(chunk)
+        drop, more = purge_mask(messages, old)
+    return [seq for seq, gone in zip(seqs, drop, strict=True) if gone]

@@ -14,42 +14,28 @@ from __future__ import annotations
 
 from storage.abilities import SearchHit
 from storage.codec import decode
-from storage.message import ChatKey, check_key_part
-from storage.search import check_search_args, make_snippet, message_search_text
-from storage.stores.postgres.core import PostgresCore
+from storage.message import ChatKey
+from storage.search import make_snippet, message_search_text
+from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.text import search_term, utf8_part
 
-__all__ = ["SearchMixin"]
+__all__ = ["search"]
 
 
-class SearchMixin(PostgresCore):
-    """Full-text search (GIN index on the messages table, user-scoped)."""
-
-    async def search(self, user_id: str, query: str, *, limit: int = 20) -> list[SearchHit]:
-        """Messages of ``user_id`` holding any word of ``query``, best first (``ts_rank``);
-        never another user's.
-
-        Raises:
-            InvalidArgumentError: a query holding no word, or ``limit`` < 1.
-            InvalidKeyError: ``user_id`` is not a valid key part.
-            StorageUnavailableError: the server cannot be reached (password redacted).
-        """
-        check_key_part("user_id", user_id)
-        user = utf8_part("user_id", user_id)
-        terms = check_search_args(query, limit)
-        websearch = " or ".join(f'"{search_term(term)}"' for term in terms)
-        pool = self._pool or await self._get_pool()
-        rows = await pool.fetch(self._sql.search, user, websearch, limit)
-        wanted = set(terms)
-        hits: list[SearchHit] = []
-        for session_id, agent_id, record, rank in rows:
-            message = decode(record)
-            hits.append(
-                SearchHit(
-                    ChatKey(user_id, session_id, agent_id),
-                    message,
-                    make_snippet(message_search_text(message), wanted),
-                    float(rank),
-                )
-            )
-        return hits
+async def search(
+    ctx: PostgresContext, user_id: str, terms: list[str], limit: int
+) -> list[SearchHit]:
+    """Messages of ``user_id`` holding any of ``terms``, best first (``ts_rank``)."""
+    user = utf8_part("user_id", user_id)
+    websearch = " or ".join(f'"{search_term(term)}"' for term in terms)
+    pool = await ctx.pool()
+    rows = await pool.fetch(ctx.sql.search, user, websearch, limit)
+    wanted = set(terms)
+    hits: list[SearchHit] = []
+    for session_id, agent_id, record, rank in rows:
+        message = decode(record)
+        snippet = make_snippet(message_search_text(message), wanted)
+        hits.append(
+            SearchHit(ChatKey(user_id, session_id, agent_id), message, snippet, float(rank))
+        )
+    return hits

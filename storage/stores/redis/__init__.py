@@ -1,9 +1,12 @@
 """``redis://HOST:PORT/DB?prefix=P``: conversations in Redis, on one server or a Cluster.
 
-Modules, one concept each: :mod:`.layout` (key names and the layout table), :mod:`.scripts`
-(the Lua scripts, one per atomic operation), :mod:`.client` (redis-py, loaded lazily),
-:mod:`.core` (construction and the ``ChatStorage`` hooks), :mod:`.store` (the abilities),
-:mod:`.sessions` (session pages), :mod:`.payloads` (checkpoint and record JSON).
+Modules, one concept each: :mod:`.store` (the class: options and hooks), :mod:`.layout` (key
+names and the layout table), :mod:`.scripts` (the Lua scripts, one per atomic operation, over
+:mod:`.lua`'s helpers), :mod:`.client` (redis-py, loaded lazily), :mod:`.context` (what the
+modules share, and the user's session index), :mod:`.writes`, :mod:`.reads`,
+:mod:`.checkpoints` (checkpoints and leases), :mod:`.sessions` (session pages),
+:mod:`.search` and :mod:`.records`; checkpoint and record JSON is
+:mod:`storage.stores.payloads`'s.
 
 **Atomicity and order.** Every write to a session is one Lua script, and every key of a
 session shares the hash tag ``{U:S}`` (one Cluster slot): a batch is stored whole or not at
@@ -11,7 +14,8 @@ all, contiguous in its key's list, and numbered from the session's counter insid
 script, so a key's sequence order is its commit order (a reader tailing by sequence never
 misses a message committed later with a smaller number). ``fetch`` is one script (an
 ``LRANGE`` whose entries come back joined in one string); ``head`` one ``HMGET``;
-``fetch_since`` one script.
+``fetch_since`` one script; ``replace`` one script that compares the key's version first
+when given one (compare-and-replace).
 
 **The user's session index** (``P:{U}:x``, a sorted set by last activity) lives in another
 slot. On a single server the session scripts update it themselves. On a Cluster a write

@@ -25,13 +25,12 @@ user's keys can match another's pattern.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Final
 from urllib.parse import quote, unquote
 
 from storage.errors import CorruptRecordError, InvalidKeyError
 from storage.message import ChatKey
+from storage.stores.times import from_us, to_us
 
 __all__ = [
     "KeyNames",
@@ -45,9 +44,6 @@ __all__ = [
     "part",
     "to_us",
 ]
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_US: Final = timedelta(microseconds=1)
 
 
 def glob_escape(text: str) -> str:
@@ -108,15 +104,6 @@ def entries(joined: bytes) -> list[bytes]:
     return joined.split(b"\n") if joined else []
 
 
-def to_us(moment: datetime) -> int:
-    """Exact microseconds since the Unix epoch."""
-    return (moment - _EPOCH) // _US
-
-
-def from_us(us: int) -> datetime:
-    return _EPOCH + us * _US
-
-
 class KeyNames:
     """The names of one key's Redis keys (see the module docstring)."""
 
@@ -146,6 +133,11 @@ class KeyNames:
         self.lease = f"{base}l:{agent}"
         self.agents = f"{base}a"
         self.session = f"{base}s"
+
+    def of(self, fields: tuple[str, ...]) -> list[str]:
+        """The names of ``fields`` (``"messages"``, ``"head"``, ...), in that order: the keys
+        a script takes (:mod:`.scripts`' ``*_KEYS``)."""
+        return [getattr(self, field) for field in fields]
 
 
 class Layout:

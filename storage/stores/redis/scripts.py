@@ -27,12 +27,14 @@ Shared conventions:
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
+
+from storage.stores.redis.lua import Script, script
 
 __all__ = [
     "ACQUIRE_LEASE",
     "DELETE",
+    "DELETE_KEYS",
     "FETCH",
     "DELETE_SESSION",
     "FETCH_SESSION",
@@ -43,135 +45,25 @@ __all__ = [
     "RELEASE_LEASE",
     "REPAIR_HEAD",
     "REPLACE",
+    "REPLACE_KEYS",
     "SAVE",
     "SAVE_CHECKPOINT",
+    "SAVE_KEYS",
     "SAVE_RECORD",
+    "SAVE_RECORD_KEYS",
     "SESSION_INFO",
     "Script",
 ]
 
 
-class Script:
-    """A Lua script run with EVALSHA (loaded on NOSCRIPT, e.g. after a restart or failover)."""
-
-    __slots__ = ("name", "sha", "source")
-
-    def __init__(self, name: str, source: str) -> None:
-        self.name = name
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"Script({self.name})"
-
-
-# Helpers prepended to every script (Lua 5.1; numbers are doubles, exact below 2^53).
-_PRELUDE: Final = r"""
-local function fmt(n) return string.format('%.0f', n) end
-
--- The session's next index version (see the module docstring).
-local function bump(skey)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local v = (tonumber(redis.call('HGET', skey, 'v') or '0') or 0) + 1
-  if now > v then v = now end
-  redis.call('HSET', skey, 'v', fmt(v))
-  return v
-end
-
--- Newest message time over the session's agents (0 when none holds a message).
-local function session_last(base, akey)
-  local last = 0
-  for _, agent in ipairs(redis.call('SMEMBERS', akey)) do
-    local t = tonumber(redis.call('HGET', base .. 'h:' .. agent, 't') or '0')
-    if t and t > last then last = t end
-  end
-  return last
-end
-
--- The session's last activity after some of its messages went: kept, unless it holds none.
-local function kept_last(skey, base, akey)
-  local now = session_last(base, akey)
-  if now == 0 then return 0 end
-  local before = tonumber(redis.call('HGET', skey, 't') or '0') or 0
-  if before > now then return before end
-  return now
-end
-
-local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+) ')) end
-
--- The session's sequence counter, rebuilt (above every entry and record of the session and
--- of the list ``own``) when it is missing from a session that has agents, or not a number.
--- Returns true when it was rebuilt.
-local function counter(skey, base, akey, own)
-  local q = redis.call('HGET', skey, 'q')
-  if q and tonumber(q) then return false end
-  if not q and redis.call('EXISTS', akey) == 0 and redis.call('EXISTS', own) == 0 then
-    return false
-  end
-  local top = 0
-  local function see(entry)
-    local seq = entry and entry_seq(entry)
-    if seq and seq > top then top = seq end
-  end
-  see(redis.call('LINDEX', own, -1))
-  for _, agent in ipairs(redis.call('SMEMBERS', akey)) do
-    see(redis.call('LINDEX', base .. 'm:' .. agent, -1))
-    for _, rec in ipairs(redis.call('HVALS', base .. 'r:' .. agent)) do see(rec) end
-  end
-  redis.call('HSET', skey, 'q', fmt(top))
-  return true
-end
-
--- The user's index: x = ZSET session -> last activity (µs), y = HASH session -> version.
--- v == 0 registers the session if absent (before a Cluster write); otherwise the state
--- (exists, score) of version v replaces an older one.
-local function index(x, y, member, v, score, exists, ttl)
-  if v == 0 then
-    if redis.call('ZSCORE', x, member) == false then
-      redis.call('ZADD', x, fmt(score), member)
-    end
-  else
-    local cur = tonumber(redis.call('HGET', y, member) or '-1') or -1
-    if v > cur then
-      if exists then
-        redis.call('ZADD', x, fmt(score), member)
-        redis.call('HSET', y, member, fmt(v))
-      else
-        redis.call('ZREM', x, member)
-        redis.call('HDEL', y, member)
-      end
-    end
-  end
-  if ttl > 0 then
-    redis.call('PEXPIRE', x, ttl)
-    redis.call('PEXPIRE', y, ttl)
-  end
-end
-
--- The newest entries of a list, enough of them to reach back to a seq <= after (or all).
-local function tail_rows(lkey, after)
-  local len = redis.call('LLEN', lkey)
-  local k = 16
-  while true do
-    if k >= len then return redis.call('LRANGE', lkey, 0, -1) end
-    local rows = redis.call('LRANGE', lkey, -k, -1)
-    if entry_seq(rows[1]) <= after then return rows end
-    k = k * 4
-  end
-end
-"""
-
-
-def _script(name: str, body: str) -> Script:
-    return Script(name, _PRELUDE + body)
-
+#: The key names :data:`SAVE` takes first (``KeyNames`` fields), then the index's.
+SAVE_KEYS: Final = ("messages", "ids", "head", "agents", "session", "checkpoint", "records")
 
 # KEYS: m, i, h, a, s, c, r [, x, y]. ARGV: ttl_ms, agent, new epoch, expected version ("":
 # none), session member, base, then (id, record, at_us) per message.
 # Returns {1} on a version conflict (nothing written), else {0, {1-based indexes stored},
 # index version (0: nothing stored), session last activity µs, derived data rebuilt (0/1)}.
-SAVE: Final = _script(
+SAVE: Final = script(
     "save",
     r"""
 local head = redis.call('HMGET', KEYS[3], 'e', 'l', 'n', 'f', 't')
@@ -204,13 +96,9 @@ if not st then st = session_last(ARGV[6], KEYS[4]); rebuilt = 1 end
 local stored = {}
 for k = 7, #ARGV, 3 do
   if redis.call('SADD', KEYS[2], ARGV[k]) == 1 then
-    local seq = redis.call('HINCRBY', KEYS[5], 'q', 1)
-    redis.call('RPUSH', KEYS[1], seq .. ' ' .. ARGV[k + 1])
-    last = seq
+    last = push(KEYS[1], KEYS[5], ARGV[k + 1])
     n = n + 1
-    local at = tonumber(ARGV[k + 2])
-    if not first or at < first then first = at end
-    if not newest or at > newest then newest = at end
+    first, newest = widen(first, newest, tonumber(ARGV[k + 2]))
     stored[#stored + 1] = (k - 4) / 3
   end
 end
@@ -232,7 +120,7 @@ return {0, stored, v, st, rebuilt}
 )
 
 # KEYS: m. ARGV: start index (0: all, -N: the newest N). Returns the entries, joined.
-FETCH: Final = _script(
+FETCH: Final = script(
     "fetch",
     r"""
 return table.concat(redis.call('LRANGE', KEYS[1], ARGV[1], -1), '\n')
@@ -242,7 +130,7 @@ return table.concat(redis.call('LRANGE', KEYS[1], ARGV[1], -1), '\n')
 # KEYS: m, h. ARGV: after. Returns {epoch, last_seq, checkpoint version, entries joined,
 # head unusable (0/1)}: the entries include every one with seq > after (and maybe a few older
 # ones); with a head lost or unreadable while the list holds entries, none (rebuild it).
-FETCH_SINCE: Final = _script(
+FETCH_SINCE: Final = script(
     "fetch_since",
     r"""
 local head = redis.call('HMGET', KEYS[2], 'e', 'l', 'c')
@@ -262,7 +150,7 @@ return {head[1] or '', head[2] or '0', head[3] or '0', table.concat(rows, '\n'),
 # agents set, base. A head rebuilt from its list (by the store, which read the entries): only
 # if the list still holds that many entries; a new epoch, the checkpoint dropped; the
 # session's last activity raised to it. Returns 1 when written.
-REPAIR_HEAD: Final = _script(
+REPAIR_HEAD: Final = script(
     "repair_head",
     r"""
 if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
@@ -278,7 +166,7 @@ return 1
 )
 
 # KEYS: agents. ARGV: the session's key base "P:{U:S}:". Returns {agent, entries joined, ...}.
-FETCH_SESSION: Final = _script(
+FETCH_SESSION: Final = script(
     "fetch_session",
     r"""
 local out = {}
@@ -292,7 +180,7 @@ return out
 
 # KEYS: agents. ARGV: base. The agents whose key holds a message (a TTL may have expired a
 # key before the session's agents set; a key may hold records only).
-LIST_AGENTS: Final = _script(
+LIST_AGENTS: Final = script(
     "list_agents",
     r"""
 local out = {}
@@ -307,7 +195,7 @@ return out
 
 # KEYS: agents, s. ARGV: base. Returns {index version, session last µs, {agent, n, f, t, ...},
 # {agents holding messages whose head is lost or unreadable}}.
-SESSION_INFO: Final = _script(
+SESSION_INFO: Final = script(
     "session_info",
     r"""
 local out = {}
@@ -328,23 +216,27 @@ return {s[1] or '0', s[2] or '0', out, broken}
 """,
 )
 
+#: The key names :data:`DELETE` takes first.
+DELETE_KEYS: Final = (
+    "messages",
+    "ids",
+    "head",
+    "checkpoint",
+    "records",
+    "lease",
+    "agents",
+    "session",
+)
+
 # KEYS: m, i, h, c, r, l, a, s [, x, y]. ARGV: agent, base, session member, ttl_ms.
 # Erases one key. Returns {index version (0: nothing existed), session last µs, exists}.
-DELETE: Final = _script(
+DELETE: Final = script(
     "delete",
     r"""
 local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 removed = removed + redis.call('SREM', KEYS[7], ARGV[1])
 if removed == 0 then return {0, 0, 0} end
-local v = bump(KEYS[8])
-local exists = redis.call('EXISTS', KEYS[7]) == 1
-local st = 0
-if exists then
-  st = kept_last(KEYS[8], ARGV[2], KEYS[7])
-  redis.call('HSET', KEYS[8], 't', fmt(st))
-else
-  redis.call('DEL', KEYS[8])
-end
+local v, exists, st = after_removal(KEYS[8], ARGV[2], KEYS[7])
 if KEYS[9] then index(KEYS[9], KEYS[10], ARGV[3], v, st, exists, tonumber(ARGV[4])) end
 return {v, st, exists and 1 or 0}
 """,
@@ -353,7 +245,7 @@ return {v, st, exists and 1 or 0}
 # KEYS: a, s [, x, y]. ARGV: base, session member, ttl_ms. Erases the whole session (also
 # the counter "P:{U:S}:n" of the layout before checkpoints, records and the index).
 # Returns the index version of the (now empty) session.
-DELETE_SESSION: Final = _script(
+DELETE_SESSION: Final = script(
     "delete_session",
     r"""
 for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -368,24 +260,31 @@ return v
 """,
 )
 
+#: The key names :data:`REPLACE` takes first.
+REPLACE_KEYS: Final = ("messages", "ids", "head", "checkpoint", "records", "agents", "session")
+
 # KEYS: m, i, h, c, r, a, s [, x, y]. ARGV: ttl_ms, agent, new epoch, base, session member,
-# then (id, record, at_us) per message. Replaces the key's messages in a new epoch; drops the
-# checkpoint; records stay. Returns {index version, session last µs, session exists}.
-REPLACE: Final = _script(
+# expected version ("": none), then (id, record, at_us) per message. Replaces the key's
+# messages in a new epoch, only if the key's version (as in SAVE) is the expected one; drops
+# the checkpoint; records stay. Returns {1} on a version conflict (nothing written), else
+# {0, index version, session last µs, session exists}.
+REPLACE: Final = script(
     "replace",
     r"""
+if ARGV[6] ~= '' then
+  local head = redis.call('HMGET', KEYS[3], 'e', 'l')
+  local last = tonumber(head[2] or '0') or 0
+  if redis.call('LLEN', KEYS[1]) == 0 then last = 0 end
+  if ((head[1] or '') .. '.' .. fmt(last)) ~= ARGV[6] then return {1} end
+end
 counter(KEYS[7], ARGV[4], KEYS[6], KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local n, last, first, newest = 0, 0, nil, nil
-for k = 6, #ARGV, 3 do
-  local seq = redis.call('HINCRBY', KEYS[7], 'q', 1)
+for k = 7, #ARGV, 3 do
   redis.call('SADD', KEYS[2], ARGV[k])
-  redis.call('RPUSH', KEYS[1], seq .. ' ' .. ARGV[k + 1])
-  last = seq
+  last = push(KEYS[1], KEYS[7], ARGV[k + 1])
   n = n + 1
-  local at = tonumber(ARGV[k + 2])
-  if not first or at < first then first = at end
-  if not newest or at > newest then newest = at end
+  first, newest = widen(first, newest, tonumber(ARGV[k + 2]))
 end
 if n > 0 then
   redis.call('HSET', KEYS[3], 'e', ARGV[3], 'l', fmt(last), 'n', fmt(n), 'f', fmt(first),
@@ -394,27 +293,19 @@ if n > 0 then
 elseif redis.call('EXISTS', KEYS[5]) == 0 then
   redis.call('SREM', KEYS[6], ARGV[2])
 end
-local v = bump(KEYS[7])
-local exists = redis.call('EXISTS', KEYS[6]) == 1
-local st = 0
-if exists then
-  st = kept_last(KEYS[7], ARGV[4], KEYS[6])
-  redis.call('HSET', KEYS[7], 't', fmt(st))
-else
-  redis.call('DEL', KEYS[7])
-end
+local v, exists, st = after_removal(KEYS[7], ARGV[4], KEYS[6])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   for k = 1, 7 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
 if KEYS[8] then index(KEYS[8], KEYS[9], ARGV[5], v, st, exists, ttl) end
-return {v, st, exists and 1 or 0}
+return {0, v, st, exists and 1 or 0}
 """,
 )
 
 # KEYS: m, h, c. ARGV: expected version, epoch, covers_to, payload, ttl_ms. Compare-and-set.
 # Returns 1 when stored.
-SAVE_CHECKPOINT: Final = _script(
+SAVE_CHECKPOINT: Final = script(
     "save_checkpoint",
     r"""
 local head = redis.call('HMGET', KEYS[2], 'e', 'l', 'c')
@@ -437,7 +328,7 @@ return 1
 )
 
 # KEYS: h, c. Returns {epoch or '', checkpoint payload or false}.
-LOAD_CHECKPOINT: Final = _script(
+LOAD_CHECKPOINT: Final = script(
     "load_checkpoint",
     r"""
 return {redis.call('HGET', KEYS[1], 'e') or '', redis.call('GET', KEYS[2])}
@@ -447,7 +338,7 @@ return {redis.call('HGET', KEYS[1], 'e') or '', redis.call('GET', KEYS[2])}
 # A lease's value is "EXPIRY_MS OWNER"; the key also expires (PX ttl) on the server.
 # KEYS: lease. ARGV: owner, ttl_ms, now_ms (-1: the server's clock). Returns 1 when owner
 # holds the lease now (taken or extended).
-ACQUIRE_LEASE: Final = _script(
+ACQUIRE_LEASE: Final = script(
     "acquire_lease",
     r"""
 local now = tonumber(ARGV[3])
@@ -466,7 +357,7 @@ return 1
 )
 
 # KEYS: lease. ARGV: owner. Compare-and-delete.
-RELEASE_LEASE: Final = _script(
+RELEASE_LEASE: Final = script(
     "release_lease",
     r"""
 local cur = redis.call('GET', KEYS[1])
@@ -477,10 +368,13 @@ return 0
 """,
 )
 
+#: The key names :data:`SAVE_RECORD` takes first.
+SAVE_RECORD_KEYS: Final = ("records", "agents", "session", "messages")
+
 # KEYS: r, a, s, m [, x, y]. ARGV: id, json, agent, session member, ttl_ms, base.
 # Returns {1, stored entry} when the id is stored already, else {0, seq, index version,
 # session last µs}.
-SAVE_RECORD: Final = _script(
+SAVE_RECORD: Final = script(
     "save_record",
     r"""
 local got = redis.call('HGET', KEYS[1], ARGV[1])
@@ -502,7 +396,7 @@ return {0, seq, v, st}
 
 # KEYS: x, y. ARGV: session member, version, score µs, exists (0/1), ttl_ms.
 # The Cluster's second step of a write (and its registration before one, version 0).
-INDEX: Final = _script(
+INDEX: Final = script(
     "index",
     r"""
 index(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1',

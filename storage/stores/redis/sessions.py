@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Final, cast
 
 from storage.abilities import SessionInfo, SessionPage, encode_session_cursor
-from storage.stores.redis.layout import decode_part, from_us
+from storage.message import ChatKey
+from storage.stores.redis import scripts
+from storage.stores.redis.context import RedisContext
+from storage.stores.redis.layout import decode_part, from_us, known_part, part
+from storage.stores.redis.writes import repair_head
+from storage.stores.times import to_us
 
-__all__ = ["IndexRow", "cursor_us", "page_sessions", "session_info"]
+__all__ = ["IndexRow", "cursor_us", "list_sessions", "page_sessions", "session_info"]
 
 # A row may sort up to this many µs away from its index score (float rounding).
 _SLACK: Final = 2
@@ -28,8 +33,8 @@ ReadInfos = Callable[[Sequence[str]], Awaitable[list[SessionInfo | None]]]
 
 
 def cursor_us(moment: datetime) -> int:
-    """``moment`` in the microseconds a session cursor holds (the memory store's unit)."""
-    return int(moment.timestamp() * 1_000_000)
+    """``moment`` in the microseconds a session cursor holds (exact, as on every store)."""
+    return to_us(moment)
 
 
 def session_info(member: str, reply: list[object]) -> SessionInfo | None:
@@ -143,3 +148,50 @@ async def page_sessions(
         row = found[limit - 1][0]
         next_cursor = encode_session_cursor(from_us(row[3]), row[1])
     return SessionPage(tuple(info for _, info in found[:limit]), next_cursor)
+
+
+async def list_sessions(
+    ctx: RedisContext, user_id: str, limit: int, after: tuple[int, str] | None
+) -> SessionPage:
+    """A page of the user's sessions, read from the user's index and each listed session's
+    heads: the cost grows with the page, not with the messages. A session whose messages lie
+    under a lost head has it rebuilt first."""
+    x, _ = ctx.layout.index(user_id)
+    user = part("user_id", user_id)
+
+    async def read_chunk(max_score: int, offset: int, count: int) -> list[tuple[bytes, float]]:
+        client = await ctx.redis.ready()
+        rows = await client.zrevrangebyscore(
+            x, max_score, "-inf", start=offset, num=count, withscores=True
+        )
+        return cast(list[tuple[bytes, float]], rows)
+
+    async def read_infos(members: Sequence[str]) -> list[SessionInfo | None]:
+        calls = []
+        for member in members:
+            base = ctx.layout.base(user, member)
+            calls.append(([f"{base}a", f"{base}s"], [base]))
+        replies = await ctx.redis.eval_many(scripts.SESSION_INFO, calls)
+        infos: list[SessionInfo | None] = []
+        for member, reply, call in zip(members, replies, calls, strict=True):
+            broken = broken_agents(reply)
+            if broken:  # messages under a lost head: rebuild it, then read again
+                session_id = decode_part(member)
+                for agent in broken:
+                    agent_id = known_part(agent)
+                    if agent_id is not None:
+                        repaired = ChatKey(user_id, session_id, agent_id)
+                        ctx.unusable("head", repaired, "lost or unreadable")
+                        await repair_head(ctx, repaired)
+                reply = await ctx.redis.eval(scripts.SESSION_INFO, *call)
+            try:
+                infos.append(session_info(member, reply))
+            except ValueError as exc:  # an agent this store did not write
+                ctx.unusable("session agents", f"session {member!r}", exc)
+                infos.append(None)
+        return infos
+
+    def unusable(raw: bytes) -> None:
+        ctx.unusable("session index", f"user {user_id!r}", f"member {raw!r}")
+
+    return await page_sessions(read_chunk, read_infos, limit, after, unusable)

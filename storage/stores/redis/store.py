@@ -1,459 +1,298 @@
-"""``RedisChatStorage``: every ability of :mod:`storage.abilities` on Redis.
-
-See :mod:`storage.stores.redis` for the layout, the costs and the guarantees.
-"""
+"""``RedisChatStorage``: the hooks over the Redis modules (see :mod:`storage.stores.redis`
+for the layout, the costs and the guarantees)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import cast
-
-import attrs
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Final, Self, TypeAlias
+from urllib.parse import parse_qsl, urlsplit
 
 from storage.abilities import (
     ConversationRecord,
     Head,
     SearchHit,
-    SessionInfo,
     SessionPage,
     SummaryCheckpoint,
     Tail,
 )
-from storage.codec import decode
-from storage.errors import ConflictError, CorruptRecordError
-from storage.history import prepare_batch, validate_history
-from storage.message import ChatKey, ChatMessage, check_key_part, utc_now
-from storage.search import check_search_args, scan_search
-from storage.stores.base import check_key
-from storage.stores.checks import (
-    check_after,
-    check_checkpoint,
-    check_cursor,
-    check_expected_version,
-    check_lease,
-    check_now,
-    check_page_limit,
-    check_record,
+from storage.checked import Check
+from storage.durations import parse_positive_duration
+from storage.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
+from storage.message import ChatKey, ChatMessage
+from storage.redact import redact_text, redact_url, secrets_of_options, secrets_of_url
+from storage.stores.base import BaseStore, SessionRow, conflict
+from storage.stores.options import CallableOption, check_callable, checked
+from storage.stores.redis import checkpoints, reads, records, search, sessions, writes
+from storage.stores.redis.client import (
+    ClosedError,
+    ScriptClient,
+    driver_keywords,
+    driver_query_names,
+    import_driver,
 )
-from storage.stores.redis import scripts
-from storage.stores.redis.core import RedisCore, message_args, new_epoch
-from storage.stores.redis.layout import decode_part, entries, entry, known_part, part, to_us
-from storage.stores.redis.payloads import (
-    decode_checkpoint,
-    decode_record,
-    encode_checkpoint,
-    encode_record,
-)
-from storage.stores.redis.sessions import broken_agents, page_sessions, session_info
+from storage.stores.redis.context import RedisContext
+from storage.stores.redis.layout import Layout
+from storage.stores.urls import check_query, drop_query
 
-__all__ = ["RedisChatStorage"]
+__all__ = ["DEFAULT_PREFIX", "TTL", "Prefix", "RedisChatStorage"]
 
-_EMPTY_HEAD = Head(0, "", 0)
+DEFAULT_PREFIX: Final = "chatlayers"
+OWN_OPTIONS: Final = frozenset({"prefix", "ttl", "cluster"})
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 
-def _head(epoch: bytes | str, last: bytes | str, version: bytes | str) -> Head:
-    """The head of a key's fields.
+def _flag(name: str, value: str) -> bool:
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"redis URL option {name}={value!r} is not a boolean (true/false)")
+
+
+def _ttl_ms(ttl: float | timedelta | str | None) -> int:
+    """``ttl`` in milliseconds; 0 (no expiry) for ``None`` or ``""`` (``?ttl=``).
 
     Raises:
-        ValueError: a field is not what the scripts write (the head must be rebuilt).
+        InvalidArgumentError: not a duration > 0.
     """
-    last_seq = int(last)
-    if not last_seq:
-        return _EMPTY_HEAD
-    text = epoch.decode("ascii") if isinstance(epoch, bytes) else epoch
-    if not text:
-        raise ValueError("a head without an epoch")
-    return Head(last_seq, text, int(version))
+    if ttl is None or ttl == "":
+        return 0
+    return max(int(parse_positive_duration(ttl) * 1000), 1)
 
 
-class RedisChatStorage(RedisCore):
+def check_prefix(prefix: object) -> str:
+    """Raises: InvalidArgumentError: not a non-empty str without ``{`` or ``}`` (they would
+    change the hash tag)."""
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        raise InvalidArgumentError(f"must be a non-empty str without '{{' or '}}', got {prefix!r}")
+    return prefix
+
+
+#: The ``ttl`` option: a duration > 0, or ``""`` for none (config checks it with the others).
+TTL: TypeAlias = Annotated[float | timedelta | str, Check(_ttl_ms)]
+#: The ``prefix`` option.
+Prefix: TypeAlias = Annotated[str, Check(check_prefix)]
+
+
+class RedisChatStorage(BaseStore):
     """Conversations in Redis, one list per key, on a single server or a Redis Cluster.
 
     Connections are made on first use (redis-py's pool), so the constructor never blocks.
-    Implements every ability of :mod:`storage.abilities`; see :class:`RedisCore` for the
-    arguments and :mod:`storage.stores.redis` for the layout and costs.
+    Implements every ability of :mod:`storage.abilities`; ``purge`` returns 0 (Redis has no
+    ``retention`` period: its ``ttl`` expires every key of a session ``ttl`` after the
+    session's last write, checkpoint and records included).
+
+    Args:
+        url: ``redis://[[user]:password@]host:port/db`` or ``rediss://`` (TLS). Query options
+            ``prefix``, ``ttl`` (seconds or a duration such as ``30d``) and ``cluster``
+            (true/false) are read here; every other option goes to redis-py
+            (``socket_timeout=5``, ``ssl_ca_certs=...``).
+        prefix: first part of every key (default ``"chatlayers"``); must not hold ``{`` or
+            ``}`` (they would change the hash tag). Overrides the URL's ``prefix``.
+        ttl: seconds (or a ``timedelta``, or a duration string) after the last write to a
+            session at which its keys expire; refreshed by every write. ``None``
+            (default): never.
+        cluster: use ``redis.asyncio.cluster.RedisCluster`` (the URL names any one node).
+            Overrides the URL's ``cluster``.
+        clock: seconds since the Unix epoch (``time.time``'s convention) read for lease
+            expiry. ``None`` (default): the Redis server's own clock, which every worker
+            shares. Leases also carry a server-side expiry (``PX``) of their ``ttl``, so a
+            dead holder's lease never outlives ``ttl`` of server time.
+        **client_options: passed to ``Redis.from_url`` / ``RedisCluster.from_url``.
 
     Raises:
+        InvalidArgumentError: a bad ``prefix``, ``ttl`` or ``clock`` given as an option.
         ConfigError: redis-py is not installed (``pip install 'chatlayers[redis]'``), or the
-            URL or an option is invalid.
+            URL (its scheme, a query option or value) cannot be used.
+        TypeError: a keyword option neither this store nor redis-py takes.
     """
 
-    # --- SequencedStorage ----------------------------------------------------------------
+    scheme = "redis"
 
-    async def head(self, key: ChatKey) -> Head:
-        """The key's head (``Head(0, "", 0)`` when it holds no message): one ``HMGET``.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        names = self.layout.key(key)
-        client = await self._redis.ready()
-        epoch, last, version = await client.hmget(names.head, ["e", "l", "c"])
-        try:
-            head = _head(epoch or b"", last or b"0", version or b"0")
-        except ValueError:
-            head = None
-        # No head: a key holding nothing, or a lost head (one more read, for empty keys only).
-        if head is not None and (head.last_seq or not await client.exists(names.messages)):
-            return head
-        self._derived_unusable("head", key, "lost or unreadable")
-        await self._repair_head(key)
-        epoch, last, version = await client.hmget(names.head, ["e", "l", "c"])
-        return _head(epoch or b"", last or b"0", version or b"0")
-
-    async def fetch_since(self, key: ChatKey, after: int) -> Tail:
-        """Raw messages with ``seq > after`` and the head, in one snapshot (one script).
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidArgumentError: ``after`` is not an int >= 0.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-            CorruptRecordError: a stored entry cannot be decoded.
-        """
-        check_key(key)
-        check_after(after)
-        names = self.layout.key(key)
-        epoch, last, version, rows, broken = await self._redis.eval(
-            scripts.FETCH_SINCE, [names.messages, names.head], [after]
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        prefix: Prefix | None = None,
+        ttl: TTL | None = None,
+        cluster: bool | None = None,
+        clock: CallableOption | None = None,
+        **client_options: Any,
+    ) -> None:
+        redis = import_driver()
+        # Set before anything can fail, so every public method translates driver errors.
+        self.driver_errors = (
+            redis.exceptions.RedisError,
+            redis.exceptions.RedisClusterException,
+            OSError,
+            ClosedError,
         )
-        if broken:
-            self._derived_unusable("head", key, "lost or unreadable")
-            await self._repair_head(key)
-            epoch, last, version, rows, _ = await self._redis.eval(
-                scripts.FETCH_SINCE, [names.messages, names.head], [after]
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://")):
+            raise ConfigError(f"not a redis:// or rediss:// URL: {redact_url(str(url))!r}")
+        self.url = redact_url(url)
+        self.display_url = self.url
+        self._secrets = secrets_of_url(url) | secrets_of_options(client_options)
+        query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        check_query(url, "redis", OWN_OPTIONS | driver_query_names(redis))
+        if prefix is not None:
+            self.prefix = checked("prefix", prefix, check_prefix)
+        else:
+            self.prefix = _from_url("prefix", query.get("prefix", DEFAULT_PREFIX), check_prefix)
+        self.layout = Layout(self.prefix)
+        if ttl is not None:
+            self._ttl = _ttl_ms(ttl)
+        else:
+            self._ttl = _from_url("ttl", query.get("ttl"), _ttl_ms)
+        self.ttl = self._ttl / 1000 if self._ttl else None
+        if cluster is None:
+            cluster = _flag("cluster", query.get("cluster", "false"))
+        self.cluster = bool(cluster)
+        unknown = set(client_options) - driver_keywords(redis, cluster=self.cluster)
+        if unknown:
+            raise TypeError(f"RedisChatStorage got unexpected keyword options {sorted(unknown)}")
+        self.clock = checked("clock", clock, check_callable) if clock is not None else None
+        try:
+            self._redis = ScriptClient(
+                redis,
+                drop_query(url, OWN_OPTIONS),
+                cluster=self.cluster,
+                options=client_options,
+                format_key=self.layout.format_key(),
             )
-        head = _head(epoch, last, version)
-        seqs: list[int] = []
-        messages: list[ChatMessage] = []
-        for raw in entries(rows):
-            seq, record = entry(raw)
-            if seq > after:
-                seqs.append(seq)
-                messages.append(decode(record))
-        return Tail(head, tuple(seqs), tuple(messages))
+        except (ValueError, TypeError, redis.exceptions.RedisClusterException) as exc:
+            detail = redact_text(str(exc), self._secrets)
+            raise ConfigError(f"bad redis URL or option for {self.url}: {detail}") from None
+        self._ctx = RedisContext(
+            self._redis,
+            self.layout,
+            cluster=self.cluster,
+            ttl=self._ttl,
+            unusable=self._derived_unusable,
+        )
 
-    # --- CheckpointStorage ---------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """Build the store from ``redis://…`` (or ``rediss://``) and typed options.
 
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
-        """The key's checkpoint, or ``None`` (none, or made under another epoch).
-
-        A checkpoint that cannot be read (bad JSON, the wrong shape, a message that does not
-        decode, another format version) is logged once, counted in ``corrupt_derived`` and
-        ignored: ``None``, while :meth:`head` still reports its version, so the next
-        compare-and-set replaces it.
+        ``prefix``, ``ttl`` and ``cluster`` come from ``options`` when given there, else from
+        the URL's query; the driver's query options stay in the URL given to redis-py.
 
         Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
+            ConfigError: not a Redis URL, an unknown query option, or a bad query value.
+            InvalidArgumentError: a bad value in ``options``.
         """
-        check_key(key)
-        names = self.layout.key(key)
-        epoch, raw = await self._redis.eval(
-            scripts.LOAD_CHECKPOINT, [names.head, names.checkpoint], []
-        )
-        if not raw:
-            return None
-        try:
-            checkpoint = decode_checkpoint(raw)
-        except CorruptRecordError as exc:
-            self._derived_unusable("checkpoint", key, exc)
-            return None
-        if checkpoint.epoch != epoch.decode("ascii", "replace"):
-            return None
-        return checkpoint
+        return cls(url, **options)
 
-    async def save_checkpoint(
-        self, key: ChatKey, checkpoint: SummaryCheckpoint, *, expected_version: int
+    @property
+    def _client(self) -> Any:
+        """The redis-py client (for tests and tools; the store goes through ``_redis``)."""
+        return self._redis.client
+
+    def _unavailable(self, exc: BaseException) -> StorageUnavailableError:
+        detail = redact_text(f"{type(exc).__name__}: {exc}", self._secrets)
+        return StorageUnavailableError(f"Redis at {self.url}: {detail}")
+
+    def _describe_options(self) -> str:
+        extra = f", ttl={self.ttl:.12g}s" if self.ttl else ""
+        kind = ", cluster" if self.cluster else ""
+        return f"prefix={self.prefix!r}{extra}{kind}"
+
+    def __repr__(self) -> str:
+        return f"RedisChatStorage({self.describe()})"
+
+    async def _close(self) -> None:
+        await self._redis.aclose()
+
+    # --- ChatStorage hooks ---------------------------------------------------------------
+
+    async def _save(self, key: ChatKey, batch: list[ChatMessage]) -> list[ChatMessage]:
+        return await writes.save(self._ctx, key, batch, "")
+
+    async def _fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        return await reads.fetch(self._ctx, key, limit)
+
+    async def _session_rows(self, user_id: str, session_id: str) -> list[SessionRow]:
+        return await reads.session_rows(self._ctx, user_id, session_id)
+
+    async def _delete(self, key: ChatKey) -> None:
+        await writes.delete_key(self._ctx, key)
+
+    async def _delete_user(self, user_id: str) -> None:
+        await writes.delete_user(self._ctx, user_id)
+
+    async def _list_keys(self, user_id: str | None, session_id: str | None) -> Iterable[ChatKey]:
+        return await reads.list_keys(self._ctx, user_id, session_id)
+
+    # --- abilities -----------------------------------------------------------------------
+
+    async def _head(self, key: ChatKey) -> Head:
+        return await reads.head(self._ctx, key)
+
+    async def _fetch_since(self, key: ChatKey, after: int) -> Tail:
+        return await reads.fetch_since(self._ctx, key, after)
+
+    async def _load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
+        return await checkpoints.load(self._ctx, key)
+
+    async def _save_checkpoint(
+        self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
     ) -> SummaryCheckpoint | None:
-        """Compare-and-set the key's checkpoint in one script: stored as version
-        ``expected_version + 1`` only if the current version is ``expected_version``, the
-        epoch is the key's and ``covers_to`` is the sequence number of a message it holds.
+        return await checkpoints.save(self._ctx, key, checkpoint, expected_version)
 
-        Returns:
-            The checkpoint as stored, or ``None`` when another writer won or the record
-            changed (nothing written).
+    async def _acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
+        return await checkpoints.acquire_lease(self._ctx, key, owner, ttl, self.clock)
 
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidArgumentError: a bad ``expected_version`` or checkpoint field.
-            InvalidMessageError: a checkpoint message is invalid or not marked as a summary.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        check_expected_version(expected_version)
-        checkpoint = check_checkpoint(checkpoint)
-        stored = attrs.evolve(checkpoint, version=expected_version + 1)
-        names = self.layout.key(key)
-        done = await self._redis.eval(
-            scripts.SAVE_CHECKPOINT,
-            [names.messages, names.head, names.checkpoint],
-            [
-                expected_version,
-                checkpoint.epoch,
-                checkpoint.covers_to,
-                encode_checkpoint(stored),
-                self._ttl,
-            ],
-        )
-        return stored if done else None
+    async def _release_lease(self, key: ChatKey, owner: str) -> None:
+        await checkpoints.release_lease(self._ctx, key, owner)
 
-    async def acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
-        """Take (or extend) the key's summarizing lease for ``ttl`` seconds of the store's
-        clock (the server's unless ``clock`` was given): ``SET PX`` in a script that refuses
-        while another owner holds an unexpired one.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidArgumentError: ``owner`` empty or ``ttl`` not > 0.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        seconds = check_lease(owner, ttl)
-        names = self.layout.key(key)
-        ms = max(int(seconds * 1000), 1)
-        now = int(self.clock() * 1000) if self.clock is not None else -1
-        reply = await self._redis.eval(scripts.ACQUIRE_LEASE, [names.lease], [owner, ms, now])
-        return bool(reply)
-
-    async def release_lease(self, key: ChatKey, owner: str) -> None:
-        """Give the lease back if ``owner`` holds it (compare-and-delete in one script).
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        names = self.layout.key(key)
-        await self._redis.eval(scripts.RELEASE_LEASE, [names.lease], [owner])
-
-    # --- ReplaceableStorage --------------------------------------------------------------
-
-    async def replace(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        """Replace the key's messages with ``messages`` in a new epoch, in one script; the
-        checkpoint goes, records stay (they are not messages). Returns the messages stored.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        batch = prepare_batch(validate_history(list(messages), system="anywhere"))
-        names = self.layout.key(key)
-        keys = [
-            names.messages,
-            names.ids,
-            names.head,
-            names.checkpoint,
-            names.records,
-            names.agents,
-            names.session,
-            *self._index_keys(key.user_id),
-        ]
-        args = [self._ttl, names.agent, new_epoch(), names.base, names.member]
-        args += message_args(batch)
-        if batch:
-            newest = max(to_us(m.created_at) for m in batch if m.created_at is not None)
-            await self._register(key.user_id, names.member, newest)
-        version, score, exists = await self._redis.eval(scripts.REPLACE, keys, args)
-        await self._reindex(key.user_id, names.member, int(version), int(score), bool(exists))
+    async def _replace(
+        self, key: ChatKey, batch: list[ChatMessage], expected_version: str | None
+    ) -> list[ChatMessage]:
+        await writes.replace(self._ctx, key, batch, expected_version)
         return list(batch)
 
-    async def save_messages_if(
-        self, key: ChatKey, messages: Sequence[ChatMessage], *, expected_version: str
+    async def _save_messages_if(
+        self, key: ChatKey, batch: list[ChatMessage], expected_version: str
     ) -> list[ChatMessage]:
-        """``save_messages`` only if ``head(key).version == expected_version`` (checked in
-        the save script itself).
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidMessageError: a message breaks a rule (nothing stored).
-            ConflictError: the key's version is not ``expected_version`` (nothing stored).
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        batch = prepare_batch(messages)
-        # "" means "unconditional" to the script; no head has that version.
-        if not batch or not isinstance(expected_version, str) or not expected_version:
-            version = (await self.head(key)).version
+        """Checked in the save script itself (``""`` there means "unconditional", and no
+        head has that version)."""
+        if not batch or not expected_version:
+            version = (await self._head(key)).version
             if version != expected_version:
-                raise ConflictError(
-                    f"{key}: version is {version!r}, not {expected_version!r}; nothing stored"
-                )
+                raise conflict(key, expected_version, version)
             return []
-        return await self._save_batch(key, batch, expected_version)
+        return await writes.save(self._ctx, key, batch, expected_version)
 
-    # --- SessionListing ------------------------------------------------------------------
-
-    async def list_sessions(
-        self, user_id: str, *, limit: int = 50, cursor: str | None = None
+    async def _list_sessions(
+        self, user_id: str, limit: int, after: tuple[int, str] | None
     ) -> SessionPage:
-        """The user's sessions, newest ``last_at`` first, ties by ``session_id`` ascending,
-        read from the user's index (a sorted set by last activity) and each listed
-        session's heads: the cost grows with the page, not with the messages.
+        return await sessions.list_sessions(self._ctx, user_id, limit, after)
 
-        Raises:
-            InvalidKeyError: ``user_id`` is not a valid key part.
-            InvalidArgumentError: ``limit`` < 1 or a malformed ``cursor``.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key_part("user_id", user_id)
-        check_page_limit(limit)
-        after = check_cursor(cursor)
-        x, _ = self.layout.index(user_id)
-        user = part("user_id", user_id)
+    async def _search(
+        self, user_id: str, query: str, terms: list[str], limit: int
+    ) -> list[SearchHit]:
+        return await search.search(self._ctx, user_id, query, limit)
 
-        async def read_chunk(max_score: int, offset: int, count: int) -> list[tuple[bytes, float]]:
-            client = await self._redis.ready()
-            rows = await client.zrevrangebyscore(
-                x, max_score, "-inf", start=offset, num=count, withscores=True
-            )
-            return cast(list[tuple[bytes, float]], rows)
+    async def _save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
+        return await records.save(self._ctx, key, record)
 
-        async def read_infos(members: Sequence[str]) -> list[SessionInfo | None]:
-            calls = []
-            for member in members:
-                base = self.layout.base(user, member)
-                calls.append(([f"{base}a", f"{base}s"], [base]))
-            replies = await self._redis.eval_many(scripts.SESSION_INFO, calls)
-            infos: list[SessionInfo | None] = []
-            for member, reply, call in zip(members, replies, calls, strict=True):
-                broken = broken_agents(reply)
-                if broken:  # messages under a lost head: rebuild it, then read again
-                    session_id = decode_part(member)
-                    for agent in broken:
-                        agent_id = known_part(agent)
-                        if agent_id is not None:
-                            repaired = ChatKey(user_id, session_id, agent_id)
-                            self._derived_unusable("head", repaired, "lost or unreadable")
-                            await self._repair_head(repaired)
-                    reply = await self._redis.eval(scripts.SESSION_INFO, *call)
-                try:
-                    infos.append(session_info(member, reply))
-                except ValueError as exc:  # an agent this store did not write
-                    self._derived_unusable("session agents", f"session {member!r}", exc)
-                    infos.append(None)
-            return infos
+    async def _fetch_records(self, key: ChatKey, kind: str | None) -> list[ConversationRecord]:
+        return await records.fetch(self._ctx, key, kind)
 
-        def unusable(raw: bytes) -> None:
-            self._derived_unusable("session index", f"user {user_id!r}", f"member {raw!r}")
-
-        return await page_sessions(read_chunk, read_infos, limit, after, unusable)
-
-    # --- SearchableStorage ---------------------------------------------------------------
-
-    async def search(self, user_id: str, query: str, *, limit: int = 20) -> list[SearchHit]:
-        """The user's messages matching ``query``, best first.
-
-        A scan (:func:`storage.search.scan_search`) of the user's sessions only, found in
-        the user's index (never a pattern over other users' keys): one atomic read per
-        session, pipelined on a single server. Its cost grows with the user's messages, so
-        it suits interactive use over one user's history, not a search engine's load.
-
-        Raises:
-            InvalidKeyError: ``user_id`` is not a valid key part.
-            InvalidArgumentError: a query without words, or ``limit`` < 1.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-            CorruptRecordError: a stored entry cannot be decoded.
-        """
-        check_key_part("user_id", user_id)
-        check_search_args(query, limit)
-        user = part("user_id", user_id)
-        members = await self._members(user_id)
-        calls = []
-        for member in members:
-            base = self.layout.base(user, member)
-            calls.append(([f"{base}a"], [base]))
-        replies = await self._redis.eval_many(scripts.FETCH_SESSION, calls)
-        # Oldest activity first, each session in save order: a tie goes to the later item.
-        items: list[tuple[ChatKey, ChatMessage]] = []
-        for member, reply in zip(members, replies, strict=True):
-            session_id = decode_part(member)
-            rows: list[tuple[int, ChatKey, bytes]] = []
-            for n in range(0, len(reply), 2):
-                agent_id = known_part(reply[n])
-                if agent_id is None:
-                    self._derived_unusable("session agents", f"session {member!r}", reply[n])
-                    continue
-                key = ChatKey(user_id, session_id, agent_id)
-                for raw in entries(reply[n + 1]):
-                    seq, record = entry(raw)
-                    rows.append((seq, key, record))
-            rows.sort(key=lambda row: row[0])
-            items += [(key, decode(record)) for _, key, record in rows]
-        return scan_search(query, items, limit=limit)
-
-    # --- RecordStorage -------------------------------------------------------------------
-
-    async def save_record(self, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
-        """Store ``record`` with a sequence number from the session's counter (the one
-        messages use, so records interleave with them); a no-op returning the stored one
-        when its id is stored already.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            InvalidArgumentError: empty ``kind`` or data that is not JSON-like.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-        """
-        check_key(key)
-        check_record(record)
-        created = record.created_at.astimezone(UTC) if record.created_at else utc_now()
-        record = attrs.evolve(record, created_at=created)
-        names = self.layout.key(key)
-        keys = [
-            names.records,
-            names.agents,
-            names.session,
-            names.messages,
-            *self._index_keys(key.user_id),
-        ]
-        await self._register(key.user_id, names.member, 0)
-        reply = await self._redis.eval(
-            scripts.SAVE_RECORD,
-            keys,
-            [record.id, encode_record(record), names.agent, names.member, self._ttl, names.base],
-        )
-        if reply[0] == 1:
-            return decode_record(*entry(reply[1]))
-        _, seq, version, score = reply
-        await self._reindex(key.user_id, names.member, int(version), int(score), True)
-        return attrs.evolve(record, seq=int(seq))
-
-    async def fetch_records(
-        self, key: ChatKey, *, kind: str | None = None
-    ) -> list[ConversationRecord]:
-        """The key's records in store order (sequence), optionally of one ``kind``.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey`` or a part cannot be stored.
-            StorageUnavailableError: Redis cannot be reached (password redacted).
-            CorruptRecordError: a stored record cannot be decoded.
-        """
-        check_key(key)
-        names = self.layout.key(key)
-        client = await self._redis.ready()
-        raw = cast(dict[bytes, bytes], await client.hgetall(names.records))
-        records = sorted((decode_record(*entry(value)) for value in raw.values()), key=_seq)
-        return [r for r in records if kind is None or r.kind == kind]
-
-    # --- RetentionStorage ----------------------------------------------------------------
-
-    async def purge(self, *, now: datetime | None = None) -> int:
-        """Always 0: Redis has no ``retention`` period; its ``ttl`` option does the work.
-
-        With ``ttl``, every key of a session expires ``ttl`` after the session's last write
-        (the server deletes it, checkpoint and records included), so there is nothing for a
-        purge to delete; without it, messages are kept until deleted.
-
-        Raises:
-            InvalidArgumentError: ``now`` is not a timezone-aware datetime.
-        """
-        check_now(now)
-        return 0
+    def _purge(self, cutoff: datetime) -> int:
+        return 0  # never called: no ``retention`` (``ttl`` expires sessions on the server)
 
 
-def _seq(record: ConversationRecord) -> int:
-    return record.seq
+def _from_url(name: str, value: Any, check: Callable[[Any], Any]) -> Any:
+    """``check(value)`` of an option read from the URL's query (a URL is config).
+
+    Raises:
+        ConfigError: the value is bad.
+    """
+    try:
+        return check(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"redis URL option {name}: {exc}") from None

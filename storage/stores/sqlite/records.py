@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime
 from typing import Final
 
 import attrs
 
 from storage.abilities import ConversationRecord
 from storage.message import ChatKey, thaw
+from storage.stores.payloads import dumps
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import from_us, next_seq, to_us
 
 __all__ = ["fetch", "save"]
 
 _COLUMNS: Final = "seq, record_id, kind, created_us, data"
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _record(row: tuple[int, str, str, int, str]) -> ConversationRecord:
@@ -27,22 +26,22 @@ def _record(row: tuple[int, str, str, int, str]) -> ConversationRecord:
     return ConversationRecord(kind, json.loads(data), record_id, from_us(created_us), seq)
 
 
-def save(
-    conn: sqlite3.Connection, key: ChatKey, record: ConversationRecord, now: datetime
-) -> ConversationRecord:
-    """Store ``record`` (inside a write transaction); the stored one when its id exists."""
+def save(conn: sqlite3.Connection, key: ChatKey, record: ConversationRecord) -> ConversationRecord:
+    """Store ``record`` (``created_at`` set; inside a write transaction); the stored one when
+    its id exists."""
     params = (key.user_id, key.session_id, key.agent_id)
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM records WHERE {KEY} AND record_id = ?", (*params, record.id)
     ).fetchone()
     if row is not None:
         return _record(row)
-    created = record.created_at if record.created_at is not None else now
-    stored = attrs.evolve(record, created_at=from_us(to_us(created)), seq=next_seq(conn))
+    assert record.created_at is not None
+    created = to_us(record.created_at)
+    stored = attrs.evolve(record, created_at=from_us(created), seq=next_seq(conn))
     conn.execute(
         "INSERT INTO records (seq, user_id, session_id, agent_id, record_id, kind, created_us, "
         "data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (stored.seq, *params, stored.id, stored.kind, to_us(created), _dumps(thaw(record.data))),
+        (stored.seq, *params, stored.id, stored.kind, created, dumps(thaw(record.data))),
     )
     return stored
 

@@ -1,11 +1,11 @@
 """Retention purges of the SQLite store: messages older than the cut-off go, with the
 checkpoints of their keys; each key touched starts a new epoch; records stay.
 
-Tool groups go whole (:func:`storage.history.whole_tool_groups`): when any message of an
-assistant's tool calls and their results is older than the cut-off, the whole group goes, so
-the record never holds a result without its call or a call without its results. Each key
-holding an old message is read up to its newest old message (and on through the results of
-a group that goes, up to the next assistant message with tool calls).
+What goes is widened by :func:`storage.purge.purge_mask`: tool groups go whole (never a result
+without its call, or a call without its results), and no orphaned answer of a question that
+went stays at the front. Each key holding an old message is read up to its newest old message,
+and on, in chunks, while the answer depends on what follows (the results of a group that goes,
+the messages up to the next user message).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from storage.errors import CorruptRecordError, SchemaVersionError
-from storage.history import ends_tool_group, whole_tool_groups
 from storage.message import ChatMessage
+from storage.purge import purge_mask
 from storage.stores.sqlite import fts, tallies
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import remove
@@ -66,25 +66,22 @@ def _doomed(
         f"SELECT seq, created_us, record FROM messages WHERE {KEY} AND seq <= ? ORDER BY seq",
         (*key, last_old),
     ).fetchall()
+    seqs = [seq for seq, _, _ in rows]
     messages = _decoded(decode_rows, [(seq, record) for seq, _, record in rows])
-    drop, open_group = whole_tool_groups(messages, [us < cutoff_us for _, us, _ in rows])
-    doomed = [row[0] for row, gone in zip(rows, drop, strict=True) if gone]
-    after = last_old
-    while open_group:  # the group that goes has results after the newest old message
-        more = conn.execute(
+    old = [us < cutoff_us for _, us, _ in rows]
+    drop, more = purge_mask(messages, old)
+    while more:  # the answer depends on the messages after the newest old one
+        chunk = conn.execute(
             f"SELECT seq, record FROM messages WHERE {KEY} AND seq > ? ORDER BY seq LIMIT ?",
-            (*key, after, _CHUNK),
+            (*key, seqs[-1], _CHUNK),
         ).fetchall()
-        for (seq, _), message in zip(more, _decoded(decode_rows, more), strict=True):
-            if ends_tool_group(message):
-                open_group = False
-                break
-            if message.role == "tool":
-                doomed.append(seq)
-        if len(more) < _CHUNK:
+        if not chunk:
             break
-        after = more[-1][0]
-    return doomed
+        seqs += [seq for seq, _ in chunk]
+        messages += _decoded(decode_rows, chunk)
+        old += [False] * len(chunk)
+        drop, more = purge_mask(messages, old)
+    return [seq for seq, gone in zip(seqs, drop, strict=True) if gone]
 
 
 def _decoded(decode_rows: DecodeRows, rows: list[tuple[int, str]]) -> list[ChatMessage]:

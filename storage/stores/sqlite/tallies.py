@@ -15,16 +15,17 @@ Both are derived from the messages: a row found missing or unreadable is rebuilt
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterable
 from typing import Final
 
 from storage.message import ChatKey
+from storage.stores.epochs import new_epoch
 
 __all__ = [
     "KEY",
     "add",
+    "keys",
     "new_epoch",
     "rebuild_key",
     "rebuild_user",
@@ -67,11 +68,6 @@ _CHECK_USER: Final = (
     "<> 'integer' OR typeof(first_us) <> 'integer' OR typeof(last_us) <> 'integer' "
     "OR typeof(epoch) <> 'text' OR epoch = '' OR typeof(checkpoint_version) <> 'integer'))"
 )
-
-
-def new_epoch() -> str:
-    """A fresh epoch name (16 hex digits)."""
-    return os.urandom(8).hex()
 
 
 def add(conn: sqlite3.Connection, key: ChatKey, count: int, first_us: int, last_us: int) -> bool:
@@ -201,3 +197,20 @@ def refresh_sessions(conn: sqlite3.Connection, sessions: Iterable[tuple[str, str
             "WHERE user_id = ? AND session_id = ? GROUP BY user_id, session_id",
             (active, *params),
         )
+
+
+def keys(conn: sqlite3.Connection, user_id: str | None, session_id: str | None) -> list[ChatKey]:
+    """Every key with a tally row (a key holding messages), of the user and session given."""
+    clauses: list[str] = []
+    params: list[str] = []
+    if user_id is not None:
+        clauses.append("user_id = ?")
+        params.append(user_id)
+    if session_id is not None:
+        clauses.append("session_id = ?")
+        params.append(session_id)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(
+        f"SELECT user_id, session_id, agent_id FROM conversations{where}", params
+    ).fetchall()
+    return [ChatKey(*row) for row in rows]

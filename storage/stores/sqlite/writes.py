@@ -11,17 +11,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Final
 
 from storage.codec import encode
 from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.sqlite import fts, tallies
+from storage.stores.times import from_us, to_us
 
 __all__ = [
-    "EPOCH",
-    "MICRO",
     "append",
     "from_us",
     "next_seq",
@@ -31,22 +30,10 @@ __all__ = [
     "wipe_wal",
 ]
 
-EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-MICRO: Final = timedelta(microseconds=1)
 _INSERT: Final = (
     "INSERT INTO messages (user_id, session_id, agent_id, message_id, created_us, record) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user_id, session_id, agent_id, message_id) DO NOTHING"
 )
-
-
-def to_us(moment: datetime) -> int:
-    """Microseconds since the Unix epoch, exactly (no float rounding)."""
-    return (moment - EPOCH) // MICRO
-
-
-def from_us(us: int) -> datetime:
-    """The UTC datetime of :func:`to_us`."""
-    return EPOCH + us * MICRO
 
 
 @contextmanager
@@ -82,7 +69,7 @@ def append(
     for m in batch:
         at = m.created_at
         if at is not last_at:  # a batch usually shares one timestamp
-            us = (at - EPOCH) // MICRO  # type: ignore[operator]
+            us = to_us(at)  # type: ignore[arg-type]
             last_at = at
         rows.append((user, session, agent, m.id, us, encode(m)))
     stored: list[ChatMessage]

@@ -16,7 +16,13 @@ import anyio
 import pytest
 
 from storage.errors import ConflictError, StorageUnavailableError
-from storage.layers.encrypting import EncryptingChatStorage, new_master_key
+from storage.layers.encrypting import (
+    EncryptingChatStorage,
+    SQLiteKeyring,
+    WrappedKey,
+    new_master_key,
+)
+from storage.layers.encrypting.cipher import token_key_id
 from storage.message import ChatKey, ChatMessage
 from storage.stores.jsonl import JsonlChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -210,3 +216,34 @@ async def test_erasures_in_one_process_racing_saves_in_another(tmp_path: Path, k
     assert set(kept) <= set(acked)  # nothing refused was kept
     assert [m.message.id for m in await eraser.fetch_all_chats("ada", "s")] == kept
     await eraser.aclose()
+
+
+class LateKeyring(SQLiteKeyring):
+    """A keyring whose first read of a user comes back before another writer's key landed."""
+
+    stale = True
+
+    async def get(self, user_id: str) -> WrappedKey | None:
+        if self.stale:
+            self.stale = False
+            return None
+        return await super().get(user_id)
+
+
+async def test_two_writers_making_a_users_first_key_at_once_agree_on_it(tmp_path: Path) -> None:
+    """Worker B reads the keyring just before worker A's first save of the user made the key,
+    then finds A's message sealed with it: B uses A's key (no refusal, no second key)."""
+    data = SQLiteChatStorage(tmp_path / "c.db")
+    first = EncryptingChatStorage(data, keys=MASTER, keyring=tmp_path / "k.db", create_keyring=True)
+    await first.save(ADA, ChatMessage("user", "from A"))
+    late = LateKeyring(tmp_path / "k.db")
+    second = EncryptingChatStorage(SQLiteChatStorage(tmp_path / "c.db"), keys=MASTER, keyring=late)
+    await second.save(ADA, ChatMessage("assistant", "from B"))
+    assert not late.stale
+    for layer in (first, second):
+        assert [m.text for m in await layer.fetch(ADA)] == ["from A", "from B"]
+    entry = await first.keyring.get("ada")
+    assert entry is not None
+    assert {token_key_id(str(m.content)) for m in await data.fetch(ADA)} == {entry.key_id}
+    await first.aclose()
+    await second.aclose()

@@ -3,6 +3,7 @@ abilities, and ``summarize::scrub::encrypt::sqlite`` keeping shared summaries.""
 
 from __future__ import annotations
 
+import inspect
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from storage import open_storage
 from storage.abilities import (
     CheckpointStorage,
     ConversationRecord,
+    Forward,
     ListableStorage,
     RecordStorage,
     ReplaceableStorage,
@@ -266,7 +268,8 @@ async def test_abilities_are_forwarded_except_search(tmp_path: Path) -> None:
     # A store cannot search ciphertext: the ability is not offered.
     assert find_ability(layer, SearchableStorage) is None
     assert not hasattr(layer, "search")
-    # Every method that carries message data is the layer's own, not a pass-through.
+    # Every method that carries message data is the layer's own (or the payload seam's,
+    # over the layer's hooks), not a pass-through.
     for name in (
         "save",
         "save_messages",
@@ -284,8 +287,11 @@ async def test_abilities_are_forwarded_except_search(tmp_path: Path) -> None:
         "fetch_records",
         "purge",
     ):
-        own = getattr(EncryptingChatStorage, name)
-        assert own.__module__.startswith("storage.layers.encrypting."), name
+        own = inspect.getattr_static(EncryptingChatStorage, name)
+        assert not isinstance(own, Forward), name
+        assert own.__module__.startswith(
+            ("storage.layers.encrypting.", "storage.layers.payload")
+        ), name
     await layer.aclose()
 
 

@@ -217,6 +217,10 @@ async def test_an_erased_user_who_comes_back_reads_their_new_conversation(
         assert [m.text for m in await store.fetch(ADA, limit=1)] == ["welcome back"]
         merged = await store.fetch_all_chats("ada", "s")
         assert [m.message.text for m in merged] == ["new", "welcome back"]
+        tail = await store.fetch_since(ADA, 0)  # each seq beside its own message
+        raw = await store.inner.fetch_since(ADA, 0)  # type: ignore[attr-defined]
+        assert [m.text for m in tail.messages] == ["new", "welcome back"]
+        assert tail.seqs == raw.seqs[1:]
     async with layer(tmp_path, kind) as cold:
         assert await texts(cold, ADA) == ["new", "welcome back"]
 

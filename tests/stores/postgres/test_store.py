@@ -22,6 +22,7 @@ pytest.register_assert_rewrite("tests.server_scenarios", "tests.servers")
 
 from storage.errors import (  # noqa: E402
     ConfigError,
+    InvalidArgumentError,
     InvalidKeyError,
     InvalidMessageError,
     StorageUnavailableError,
@@ -259,8 +260,8 @@ def test_config_and_redaction() -> None:
     assert "schema" not in s._dsn
     assert "sslmode=disable" in s._dsn
     pooled = PostgresChatStorage("postgresql://h/db?max_size=3&timeout=2.5&min_size=0")
-    assert pooled._pool_options["max_size"] == 3
-    assert (pooled._pool_options["min_size"], pooled._pool_options["timeout"]) == (0, 2.5)
+    assert pooled._ctx.pool_options["max_size"] == 3
+    assert (pooled._ctx.pool_options["min_size"], pooled._ctx.pool_options["timeout"]) == (0, 2.5)
     assert pooled._dsn == "postgresql://h/db"
 
 
@@ -288,18 +289,32 @@ def test_from_url_refuses_other_schemes(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dsn", "options"),
+    "dsn",
     [
-        ("mysql://h/db", {}),
-        ("postgresql://h/db", {"table": "x" * 49}),
-        ("postgresql://h/db", {"schema": "a\x00b"}),
-        ("postgresql://h/db", {"min_size": 5, "max_size": 2}),
-        ("postgresql://h/db", {"retention": "soon"}),
-        ("postgresql://h/db", {"retention": 0}),
-        ("postgresql://h/db?retention=-1d", {}),
-        ("postgresql://h/db?max_size=many", {}),
+        "mysql://h/db",
+        "postgresql://h/db?retention=-1d",
+        "postgresql://h/db?max_size=many",
+        f"postgresql://h/db?table={'x' * 49}",
+        "postgresql://h/db?min_size=-1",
     ],
 )
-def test_bad_config_raises_config_error(dsn: str, options: dict[str, object]) -> None:
+def test_a_bad_dsn_raises_config_error(dsn: str) -> None:
     with pytest.raises(ConfigError):
-        PostgresChatStorage(dsn, **options)  # type: ignore[arg-type]
+        PostgresChatStorage(dsn)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"table": "x" * 49}, "table"),
+        ({"schema": "a\x00b"}, "schema"),
+        ({"min_size": 5, "max_size": 2}, "min_size"),
+        ({"max_size": 0}, "max_size"),
+        ({"timeout": -1}, "timeout"),
+        ({"retention": "soon"}, "retention"),
+        ({"retention": 0}, "retention"),
+    ],
+)
+def test_a_bad_option_raises_invalid_argument_error(options: dict[str, object], named: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=named):
+        PostgresChatStorage("postgresql://h/db", **options)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ pytest.register_assert_rewrite("tests.server_scenarios", "tests.servers")
 from storage.errors import (  # noqa: E402
     ConfigError,
     CorruptRecordError,
+    InvalidArgumentError,
     InvalidKeyError,
     StorageUnavailableError,
 )
@@ -351,7 +352,7 @@ async def test_save_racing_delete_user_leaves_nothing_unlisted(redis_cluster_url
     """On a cluster the user's session set and the session are written in two steps; a
     delete_user landing between them must not leave the new data unlisted."""
     async with RedisChatStorage(redis_cluster_url, prefix=_prefix(), cluster=True) as s:
-        register = s._register
+        register = s._ctx.register
         calls = 0
 
         async def register_then_race(user_id: str, member: str, score: int) -> None:
@@ -361,10 +362,10 @@ async def test_save_racing_delete_user_leaves_nothing_unlisted(redis_cluster_url
             if calls == 1:
                 await s.delete_user("u")  # between the registration and the write
 
-        s._register = register_then_race  # type: ignore[method-assign]
+        s._ctx.register = register_then_race  # type: ignore[method-assign]
         key = ChatKey("u", "s", "a")
         assert len(await s.save(key, ChatMessage("user", "x"))) == 1
-        del s._register
+        del s._ctx.register
         assert calls == 1
         await s.delete_user("u")
         assert await s.fetch(key) == []
@@ -507,18 +508,32 @@ def test_url_options_and_redaction() -> None:
     ("url", "options"),
     [
         ("http://h", {}),
-        ("redis://h", {"prefix": "a{b"}),
-        ("redis://h", {"prefix": ""}),
         ("redis://h?ttl=-1", {}),
         ("redis://h?ttl=abc", {}),
+        ("redis://h?prefix=a{b", {}),
         ("redis://h?cluster=maybe", {}),
         ("redis://h/1", {"cluster": True}),
         ("redis://h/0?socket_timeout=abc", {}),
     ],
 )
-def test_bad_config_raises_config_error(url: str, options: dict[str, str]) -> None:
+def test_a_bad_url_raises_config_error(url: str, options: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
         RedisChatStorage(url, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"prefix": "a{b"}, "prefix"),
+        ({"prefix": ""}, "prefix"),
+        ({"ttl": -1}, "duration"),
+        ({"ttl": "abc"}, "duration"),
+        ({"clock": 5}, "clock"),
+    ],
+)
+def test_a_bad_option_raises_invalid_argument_error(options: dict[str, object], named: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=named):
+        RedisChatStorage("redis://h", **options)  # type: ignore[arg-type]
 
 
 def test_from_url_keeps_driver_options_in_the_url_and_redacts() -> None:
@@ -567,10 +582,10 @@ async def test_cluster_crash_between_write_and_index_update_leaves_data_listed(
         async def crash(*args: object) -> None:
             raise StorageUnavailableError("worker died")
 
-        s._reindex = crash  # type: ignore[method-assign]
+        s._ctx.reindex = crash  # type: ignore[method-assign]
         with pytest.raises(StorageUnavailableError):
             await s.save(key, ChatMessage("user", "x", created_at=at))
-        del s._reindex
+        del s._ctx.reindex
         (info,) = (await s.list_sessions("u")).sessions
         assert (info.session_id, info.message_count, info.last_at) == ("s", 1, at)
         await s.delete_user("u")

@@ -1,54 +1,24 @@
-"""``BaseStore``: the thin base every base store shares.
+"""``StoreCore``: the ``ChatStorage`` part of the store base, and what every template uses.
 
-What it gives a store (so the five stores cannot drift apart):
+A public method of the base is a *template*: it checks the key and the arguments, refuses a
+closed store, calls the store's hook and turns the driver's exceptions into
+``StorageUnavailableError`` (``raise ... from exc``). A hook returns its result, or an
+awaitable of it: a store whose calls never wait (memory; SQLite, which runs on the
+event-loop thread) writes plain functions and pays no coroutine frame for them, a store
+that waits on I/O writes ``async def``. Hot templates (``fetch``, ``head``, ``fetch_since``)
+tell the two apart inline; the others through :meth:`StoreCore._call`.
 
-- the public ``ChatStorage`` methods, which check the key, the ``limit`` and the batch
-  (:func:`storage.history.prepare_batch`) and then call the store's hooks (``_save``,
-  ``_fetch``, ``_session_rows``, ``_delete``, ``_delete_user``, ``_list_keys``);
-- driver-error translation in one place: a store declares ``driver_errors`` (a tuple of its
-  driver's exception types; an instance attribute when the driver is imported lazily) and
-  every public coroutine, the base's and the store's own ability methods alike (wrapped by
-  ``__init_subclass__``), turns those into ``StorageUnavailableError`` (``raise ... from exc``);
-- the sorted ``list_keys``, the ``fetch_all_chats`` merge (``created_at``, then the store's
-  sequence), ``describe()`` and the async context manager;
-- ``corrupt_derived``: how many times the store met a derived record (a summary checkpoint, a
-  head or tally, a search index) it could not use and ignored or rebuilt from the raw record
-  instead (:mod:`storage.stores.derived`; each one is logged once);
-- ``from_url(url, **options)``: each store builds itself from its own URL. ``url`` is the
-  store segment as the user typed it (query included); ``options`` are constructor keyword
-  options already converted by their declared types (``storage.config`` converts query and
-  TOML options alike by the constructor's signature). A store with driver query parameters
-  (``sslmode=...``) keeps those in the URL it gives its driver (:func:`storage.stores.urls.
-  drop_query`).
-
-Adding a store: subclass, set ``scheme``, implement the hooks and ``from_url``, add one line
-to the registry (``storage.config.registry``).
-
-URL helpers (:mod:`storage.stores.urls`): a file store calls ``path_from_url(url, scheme,
-options=options)`` (SQLAlchemy's ``sqlite:///rel`` / ``sqlite:////abs`` / ``sqlite://:memory:``,
-``jsonl://rel`` / ``jsonl:///abs``; query parameters other than its options refused); a server
-store gives its driver ``drop_query(url, options)``; ``check_query`` refuses unknown ones.
-
-Time, one convention for every store and layer: a ``clock`` constructor option,
-``Callable[[], float]`` returning seconds since the Unix epoch (default ``time.time``). It is
-read for lease expiry, the retention cut-off (``datetime.fromtimestamp(clock(), UTC)``) and
-``purge_interval``; tests inject :class:`storage.testing.FakeClock`. Durations in options
-(``retention="30d"``, ``purge_interval="1h"``) go through
-:func:`storage.durations.parse_duration` and are annotated ``Duration`` (or
-``PositiveDuration``): the annotation carries the check (:mod:`storage.checked`), so config
-reports a bad value with the configuration's other problems. A server store whose leases or
-TTLs live on the server uses the server's clock for those and says so. Shared argument checks of the
-abilities (``fetch_since``'s ``after``, leases, cursors, records, checkpoints) are in
-:mod:`storage.stores.checks`; scan search and snippets in :mod:`storage.search`.
+Retention lives here too, since it runs on the write path: a store with ``retention`` purges
+(its ``_purge`` hook) after a write at most once per ``purge_interval`` of its clock.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from datetime import datetime
-from typing import Any, ClassVar, Self, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, ParamSpec, Self, TypeAlias, TypeVar, Union, cast
 
 from storage.errors import (
     ConfigError,
@@ -60,12 +30,25 @@ from storage.history import prepare_batch
 from storage.message import AgentMessage, ChatKey, ChatMessage, check_key_part
 from storage.protocol import AsyncContextMixin
 from storage.stores.derived import DerivedLog
+from storage.stores.times import Clock, clock_now
 
-__all__ = ["BaseStore", "SessionRow", "check_key", "check_limit", "require_asyncio"]
+__all__ = [
+    "MaybeAwaitable",
+    "SessionRow",
+    "StoreCore",
+    "check_key",
+    "check_limit",
+    "require_asyncio",
+    "translated",
+]
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
-# One row of a session for the ``fetch_all_chats`` merge: (created_at, seq, agent_id, message).
+#: What a hook returns: its result, or an awaitable of it.
+MaybeAwaitable: TypeAlias = Union[R, Awaitable[R]]  # noqa: UP007 (a generic alias)
+
+#: One row of a session for the ``fetch_all_chats`` merge: (created_at, seq, agent_id, message).
 SessionRow = tuple[datetime, int, str, ChatMessage]
 
 
@@ -114,13 +97,17 @@ def require_asyncio(store: str) -> None:
         )
 
 
-def _translating(
+def translated(
     fn: Callable[..., Coroutine[Any, Any, R]],
 ) -> Callable[..., Coroutine[Any, Any, R]]:
-    """Wrap a store coroutine so its driver's exceptions become ``StorageUnavailableError``."""
+    """Translate the driver errors of a public coroutine outside the template (a store's
+    maintenance method such as ``compact`` or ``vacuum``, a subclass's override): the base
+    applies it to every public coroutine a store class defines itself."""
+    if getattr(fn, "__chatlayers_translating__", False):
+        return fn
 
     @functools.wraps(fn)
-    async def method(self: BaseStore, *args: Any, **kwargs: Any) -> R:
+    async def method(self: StoreCore, *args: Any, **kwargs: Any) -> R:
         try:
             return await fn(self, *args, **kwargs)
         except self.driver_errors as exc:
@@ -130,34 +117,18 @@ def _translating(
     return method
 
 
-class BaseStore(AsyncContextMixin):
-    """The base of every base store (see the module docstring for what it gives).
-
-    Subclasses set ``scheme`` and ``driver_errors`` and implement the hooks. Their public
-    coroutine methods (ability methods such as ``head`` or ``search``) are wrapped for
-    driver-error translation automatically; hooks (names starting with ``_``) are called
-    inside the base's translation and are not wrapped.
-    """
+class StoreCore(AsyncContextMixin):
+    """The ``ChatStorage`` templates, listing, lifecycle and ``describe`` of every store."""
 
     scheme: ClassVar[str] = ""
     driver_errors: tuple[type[BaseException], ...] = ()
-    # False for a store with no driver (memory): its ability methods are then not wrapped,
-    # which keeps a microsecond-scale ``head`` free of an extra coroutine frame.
-    has_driver: ClassVar[bool] = True
     # As the user typed it, secrets redacted (set by ``from_url``; ``describe`` shows it).
     display_url: str | None = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if not cls.has_driver:
-            return
-        for name, value in list(vars(cls).items()):
-            if (
-                not name.startswith("_")
-                and inspect.iscoroutinefunction(value)
-                and not getattr(value, "__chatlayers_translating__", False)
-            ):
-                setattr(cls, name, _translating(value))
+    # Retention (None: messages are kept until deleted); stores that offer it set these.
+    retention: float | None = None
+    purge_interval: float = 3600.0
+    _clock: Clock | None = None  # None: ``time.time``
+    _last_purge: float | None = None
 
     # --- construction --------------------------------------------------------------------
 
@@ -173,26 +144,33 @@ class BaseStore(AsyncContextMixin):
 
     # --- hooks ---------------------------------------------------------------------------
 
-    async def _save(self, key: ChatKey, batch: list[ChatMessage]) -> list[ChatMessage]:
+    def _save(self, key: ChatKey, batch: list[ChatMessage]) -> MaybeAwaitable[list[ChatMessage]]:
         """Store a prepared, non-empty batch atomically; return the newly stored messages."""
         raise NotImplementedError
 
-    async def _fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+    def _fetch(self, key: ChatKey, limit: int | None) -> MaybeAwaitable[list[ChatMessage]]:
         """The key's messages oldest first; ``limit`` (>= 1 here) newest, tool-pair safe."""
         raise NotImplementedError
 
-    async def _session_rows(self, user_id: str, session_id: str) -> Iterable[SessionRow]:
+    def _session_rows(self, user_id: str, session_id: str) -> MaybeAwaitable[list[SessionRow]]:
         """Every message of the session, any order."""
         raise NotImplementedError
 
-    async def _delete(self, key: ChatKey) -> None:
+    def _delete(self, key: ChatKey) -> MaybeAwaitable[None]:
         raise NotImplementedError
 
-    async def _delete_user(self, user_id: str) -> None:
+    def _delete_user(self, user_id: str) -> MaybeAwaitable[None]:
         raise NotImplementedError
 
-    async def _list_keys(self, user_id: str | None, session_id: str | None) -> Iterable[ChatKey]:
+    def _list_keys(
+        self, user_id: str | None, session_id: str | None
+    ) -> MaybeAwaitable[Iterable[ChatKey]]:
         """Every key holding a message, filtered, any order."""
+        raise NotImplementedError
+
+    def _purge(self, cutoff: datetime) -> MaybeAwaitable[int]:
+        """Delete the messages created before ``cutoff`` (whole tool groups), with the
+        checkpoints of their keys; return how many went. Called only with ``retention``."""
         raise NotImplementedError
 
     async def _close(self) -> None:
@@ -211,6 +189,48 @@ class BaseStore(AsyncContextMixin):
         """The error raised for a driver exception; messages must hold no secret."""
         return StorageUnavailableError(f"{self.describe()}: {type(exc).__name__}: {exc}")
 
+    # --- what the templates share ----------------------------------------------------------
+
+    def _closed_error(self) -> StorageUnavailableError:
+        return StorageUnavailableError(f"{self.describe()}: the store is closed")
+
+    def _check_open(self) -> None:
+        """Raises: StorageUnavailableError: the store is closed."""
+        if self._closed:
+            raise self._closed_error()
+
+    async def _call(
+        self, hook: Callable[P, MaybeAwaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """``hook(*args)`` (awaited when it returns an awaitable), its driver errors
+        translated."""
+        try:
+            result = hook(*args, **kwargs)
+            if inspect.isawaitable(result):
+                return cast(R, await result)
+            return result
+        except self.driver_errors as exc:
+            raise self._unavailable(exc) from exc
+
+    def _now(self) -> datetime:
+        """The store's clock as an aware UTC datetime."""
+        return clock_now(self._clock)
+
+    async def _purge_now(self, now: datetime) -> int:
+        """Purge what is older than ``now - retention`` (``retention`` set)."""
+        assert self.retention is not None
+        self._last_purge = now.timestamp()
+        return await self._call(self._purge, now - timedelta(seconds=self.retention))
+
+    async def _purge_if_due(self) -> None:
+        """After a write: purge when ``purge_interval`` has passed since this instance last
+        did (first, so concurrent writers do not all purge)."""
+        now = self._now()
+        last = self._last_purge
+        if last is not None and now.timestamp() - last < self.purge_interval:
+            return
+        await self._purge_now(now)
+
     # --- ChatStorage ---------------------------------------------------------------------
 
     async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
@@ -219,48 +239,49 @@ class BaseStore(AsyncContextMixin):
     async def save_messages(
         self, key: ChatKey, messages: Sequence[ChatMessage]
     ) -> list[ChatMessage]:
-        check_key(key)
+        if type(key) is not ChatKey:
+            check_key(key)
         batch = prepare_batch(messages)
         if not batch:
             return []
-        try:
-            return await self._save(key, batch)
-        except self.driver_errors as exc:
-            raise self._unavailable(exc) from exc
+        if self._closed:
+            raise self._closed_error()
+        stored = await self._call(self._save, key, batch)
+        if self.retention is not None:
+            await self._purge_if_due()
+        return stored
 
     async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
-        check_key(key)
+        if type(key) is not ChatKey:
+            check_key(key)
         if limit is not None and (type(limit) is not int or limit <= 0):
             check_limit(limit)  # raises unless 0
             return []
+        if self._closed:
+            raise self._closed_error()
         try:
-            return await self._fetch(key, limit)
+            found = self._fetch(key, limit)
+            return found if isinstance(found, list) else await found
         except self.driver_errors as exc:
             raise self._unavailable(exc) from exc
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[AgentMessage]:
         check_key_part("user_id", user_id)
         check_key_part("session_id", session_id)
-        try:
-            rows = list(await self._session_rows(user_id, session_id))
-        except self.driver_errors as exc:
-            raise self._unavailable(exc) from exc
+        self._check_open()
+        rows = await self._call(self._session_rows, user_id, session_id)
         rows.sort(key=lambda row: (row[0], row[1]))
         return [AgentMessage(agent_id, message) for _, _, agent_id, message in rows]
 
     async def delete(self, key: ChatKey) -> None:
         check_key(key)
-        try:
-            await self._delete(key)
-        except self.driver_errors as exc:
-            raise self._unavailable(exc) from exc
+        self._check_open()
+        await self._call(self._delete, key)
 
     async def delete_user(self, user_id: str) -> None:
         check_key_part("user_id", user_id)
-        try:
-            await self._delete_user(user_id)
-        except self.driver_errors as exc:
-            raise self._unavailable(exc) from exc
+        self._check_open()
+        await self._call(self._delete_user, user_id)
 
     # --- ListableStorage -----------------------------------------------------------------
 
@@ -275,16 +296,14 @@ class BaseStore(AsyncContextMixin):
 
         Raises:
             InvalidKeyError: a filter is given but is not a valid key part.
-            StorageUnavailableError: the backend cannot be reached.
+            StorageUnavailableError: the backend cannot be reached, or the store is closed.
         """
         if user_id is not None:
             check_key_part("user_id", user_id)
         if session_id is not None:
             check_key_part("session_id", session_id)
-        try:
-            keys = await self._list_keys(user_id, session_id)
-        except self.driver_errors as exc:
-            raise self._unavailable(exc) from exc
+        self._check_open()
+        keys = await self._call(self._list_keys, user_id, session_id)
         return sorted(keys, key=lambda k: (k.user_id, k.session_id, k.agent_id))
 
     # --- derived records -----------------------------------------------------------------
