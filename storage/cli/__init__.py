@@ -17,6 +17,8 @@ and ``--json`` for machine output)::
     chatlayers compact               summarize one conversation now, or tidy JSONL files
     chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
     chatlayers eval FILE...          fact retention of stacks' views vs truncation, fresh stores
+    chatlayers migrate --from A --to B  copy every conversation (checkpoints too), resumable
+    chatlayers verify --from A --to B   compare key by key, exit 1 at the first difference
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line
@@ -53,6 +55,7 @@ COMMAND_MODULES: Final = (
     "storage.cli.maintenance",
     "storage.cli.keys",
     "storage.cli.eval",
+    "storage.cli.migrate",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 
