@@ -15,6 +15,7 @@ from storage.abilities import (
 )
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.migrate import record_side
+from storage.stores.memory import InMemoryChatStorage
 
 T0 = datetime(2024, 5, 15, 15, 0, tzinfo=UTC)
 KEYS = (
@@ -100,3 +101,40 @@ async def unrelated(stack: Any, count: int = 7) -> None:
     """Messages of another user first, so the target's sequence numbers differ."""
     for n in range(count):
         await stack.save(ChatKey("someone-else", "s", "a"), ChatMessage("user", f"x{n}"))
+
+
+class ListingOnly:
+    """A store with messages and key listing only (no checkpoints, records, ...)."""
+
+    def __init__(self) -> None:
+        self._store = InMemoryChatStorage()
+
+    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
+        return await self._store.save(key, message)
+
+    async def save_messages(self, key: ChatKey, messages: Any) -> list[ChatMessage]:
+        return await self._store.save_messages(key, messages)
+
+    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        return await self._store.fetch(key, limit=limit)
+
+    async def fetch_all_chats(self, user_id: str, session_id: str) -> list[Any]:
+        return await self._store.fetch_all_chats(user_id, session_id)
+
+    async def delete(self, key: ChatKey) -> None:
+        await self._store.delete(key)
+
+    async def delete_user(self, user_id: str) -> None:
+        await self._store.delete_user(user_id)
+
+    async def list_keys(self, user_id: str | None = None, session_id: str | None = None) -> Any:
+        return await self._store.list_keys(user_id, session_id)
+
+    async def aclose(self) -> None:
+        await self._store.aclose()
+
+    async def __aenter__(self) -> ListingOnly:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

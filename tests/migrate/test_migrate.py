@@ -20,7 +20,7 @@ from storage.errors import ConfigError
 from storage.layers.encrypting import new_master_key
 from storage.message import ChatKey, ChatMessage
 from storage.migrate import migrate, read_snapshot, record_side, verify
-from tests.migrate.data import KEYS, SUMMARY_META, T0, seed, unrelated
+from tests.migrate.data import KEYS, SUMMARY_META, T0, ListingOnly, seed, unrelated
 from tests.paths import REPO
 
 pytestmark = pytest.mark.anyio
@@ -242,49 +242,10 @@ async def test_a_target_that_cannot_keep_checkpoints_is_refused(tmp_path: Path) 
     async with open_storage("strict::summarize::memory://") as views:
         assert record_side(views).storage is views.base
     # ... but a target that cannot keep them at all is refused before anything is written
-    bare = Stack(_NoCheckpoints())
+    bare = Stack(ListingOnly())
     async with open_storage(f"sqlite:///{tmp_path}/src.db") as source:
         with pytest.raises(ConfigError, match="cannot keep summary checkpoints"):
             await migrate(source, bare)
-
-
-class _NoCheckpoints:
-    """A store with messages and listing only."""
-
-    def __init__(self) -> None:
-        from storage.stores.memory import InMemoryChatStorage
-
-        self._store = InMemoryChatStorage()
-
-    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
-        return await self._store.save(key, message)
-
-    async def save_messages(self, key: ChatKey, messages: Any) -> list[ChatMessage]:
-        return await self._store.save_messages(key, messages)
-
-    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
-        return await self._store.fetch(key, limit=limit)
-
-    async def fetch_all_chats(self, user_id: str, session_id: str) -> list[Any]:
-        return await self._store.fetch_all_chats(user_id, session_id)
-
-    async def delete(self, key: ChatKey) -> None:
-        await self._store.delete(key)
-
-    async def delete_user(self, user_id: str) -> None:
-        await self._store.delete_user(user_id)
-
-    async def list_keys(self, user_id: str | None = None, session_id: str | None = None) -> Any:
-        return await self._store.list_keys(user_id, session_id)
-
-    async def aclose(self) -> None:
-        await self._store.aclose()
-
-    async def __aenter__(self) -> _NoCheckpoints:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 async def test_scrubbed_data_through_scrub_is_unchanged_and_encrypt_seals_it(
