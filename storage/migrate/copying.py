@@ -72,26 +72,33 @@ class KeyCopy:
         )
 
 
-async def sync_key(
-    source: Side,
-    target: Side,
-    key: ChatKey,
-    *,
-    batch: int = BATCH,
-    snapshot: Snapshot | None = None,
-) -> KeyCopy:
+async def sync_key(source: Side, target: Side, key: ChatKey, *, batch: int = BATCH) -> KeyCopy:
     """Make ``key`` on ``target`` hold what it holds on ``source`` (see the module).
 
-    Args:
-        snapshot: the source's snapshot of ``key`` when the caller read it already.
+    Safe while a ``mirror`` layer writes the same conversation to the target: the target
+    is read before the source (a message the mirror wrote to the target after that read is
+    one the source held first or changes the target's version), the first write is
+    conditional on the target's version (``replace`` / ``save_messages_if``), and the
+    target's order is read back; a write that slipped in between makes it start again.
 
     Raises:
         ConfigError: the source has a checkpoint or records the target cannot keep.
-        ConflictError: the target's checkpoint kept changing while it was written.
+        ConflictError: the target kept changing while it was written (run it again).
         ChatStorageError: from either store (what was written before stays written).
     """
-    src = snapshot if snapshot is not None else await read_snapshot(source, key)
-    tgt = await read_snapshot(target, key)
+    for _ in range(_ATTEMPTS):
+        tgt = await read_snapshot(target, key)
+        src = await read_snapshot(source, key)
+        done = await _sync_once(source, target, key, src, tgt, batch)
+        if done is not None:
+            return done
+    raise ConflictError(f"{key}: the target kept changing while it was copied; run it again")
+
+
+async def _sync_once(
+    source: Side, target: Side, key: ChatKey, src: Snapshot, tgt: Snapshot, batch: int
+) -> KeyCopy | None:
+    """One attempt of :func:`sync_key`; ``None`` when a concurrent write got in the way."""
     done = KeyCopy(key, len(src.messages), 0, src.checkpoint is not None, False, len(src.records))
     if src.empty:
         if not tgt.empty:
@@ -100,31 +107,52 @@ async def sync_key(
         return done
     src_ids = [m.id for m in src.messages]
     held = [m.id for m in tgt.messages]
-    if held != src_ids[: len(held)]:
-        tgt = await _rewrite(target, key, src.messages, tgt)
-        done.rewritten = True
-        done.messages_copied = len(src.messages) if tgt.messages else 0
-        held = [m.id for m in tgt.messages]
-    have_records = {r.id for r in tgt.records}
-    missing_records = [r for r in src.records if r.id not in have_records]
-    if missing_records and target.records is None:
-        raise ConfigError(f"{target.label} cannot keep conversation records (the source has some)")
-    done.messages_copied += await _write(target, key, src, len(held), missing_records, batch=batch)
+    version = tgt.head.version if tgt.head is not None else None
+    try:
+        if held != src_ids[: len(held)]:
+            tgt = await _rewrite(target, key, src.messages, tgt, version)
+            done.rewritten = True
+            done.messages_copied = len(src.messages) if tgt.messages else 0
+            held = [m.id for m in tgt.messages]
+            version = None  # written: the order is read back below
+        have_records = {r.id for r in tgt.records}
+        missing_records = [r for r in src.records if r.id not in have_records]
+        if missing_records and target.records is None:
+            raise ConfigError(
+                f"{target.label} cannot keep conversation records (the source has some)"
+            )
+        done.messages_copied += await _write(
+            target, key, src, len(held), missing_records, batch=batch, version=version
+        )
+    except ConflictError:
+        return None  # the target changed since it was read
     done.records_copied = len(missing_records)
-    # What the target held before still holds when nothing was written: no second read.
-    before = None if done.changed else tgt
-    done.checkpoint_copied = await _sync_checkpoint(target, key, src, before)
+    after = tgt
+    if done.changed:  # read back: a write between ours would have broken the order
+        after = await read_snapshot(target, key)
+        if [m.id for m in after.messages][: len(src_ids)] != src_ids:
+            return None
+    done.checkpoint_copied = await _sync_checkpoint(target, key, src, after)
     return done
 
 
 async def _rewrite(
-    target: Side, key: ChatKey, messages: Sequence[ChatMessage], tgt: Snapshot
+    target: Side,
+    key: ChatKey,
+    messages: Sequence[ChatMessage],
+    tgt: Snapshot,
+    version: str | None,
 ) -> Snapshot:
-    """Make the target's record ``messages`` (the checkpoint goes; records stay where the
-    target can replace); returns what the target holds now (messages empty: copy them)."""
+    """Make the target's record ``messages`` if its version is still ``version`` (the
+    checkpoint goes; records stay where the target can replace); returns what the target
+    holds now (messages empty: copy them).
+
+    Raises:
+        ConflictError: the target was written since ``version``.
+    """
     if target.replaceable is not None:
         try:
-            await target.replaceable.replace(key, messages)
+            await target.replaceable.replace(key, messages, expected_version=version)
             return attrs.evolve(tgt, messages=tuple(messages), seqs=None, checkpoint=None)
         except InvalidMessageError:
             pass  # a record save accepted but replace's history check refuses: copy it
@@ -140,9 +168,16 @@ async def _write(
     records: list[ConversationRecord],
     *,
     batch: int,
+    version: str | None,
 ) -> int:
     """Write ``src.messages[start:]`` and ``records`` in the source's sequence order; return
-    how many messages were written."""
+    how many messages were written. The first write is conditional on the target's
+    ``version`` when there is one (and the target can compare).
+
+    Raises:
+        ConflictError: the target was written since ``version``.
+    """
+    first: list[str | None] = [version if target.replaceable is not None else None]
     pending = list(src.messages[start:])
     if not pending and not records:
         return 0
@@ -160,22 +195,38 @@ async def _write(
         if isinstance(item, ChatMessage):
             run.append(item)
             if len(run) >= batch:
-                written += await _flush(target, key, run)
+                written += await _flush(target, key, run, first)
             continue
-        written += await _flush(target, key, run)
+        written += await _flush(target, key, run, first)
         assert target.records is not None
+        if first[0] is not None:  # a record first: compare before writing anything
+            await _check_version(target, key, first)
         await target.records.save_record(key, attrs.evolve(item, seq=0))
-    written += await _flush(target, key, run)
+    written += await _flush(target, key, run, first)
     return written
 
 
-async def _flush(target: Side, key: ChatKey, run: list[ChatMessage]) -> int:
+async def _flush(
+    target: Side, key: ChatKey, run: list[ChatMessage], first: list[str | None]
+) -> int:
+    """Save ``run`` (emptied); the first save of a copy only if the target's version is
+    still ``first[0]``."""
     if not run:
         return 0
     count = len(run)
-    await target.storage.save_messages(key, list(run))
+    expected, first[0] = first[0], None
+    if expected is not None and target.replaceable is not None:
+        await target.replaceable.save_messages_if(key, list(run), expected_version=expected)
+    else:
+        await target.storage.save_messages(key, list(run))
     run.clear()
     return count
+
+
+async def _check_version(target: Side, key: ChatKey, first: list[str | None]) -> None:
+    expected, first[0] = first[0], None
+    if target.sequenced is not None and (await target.sequenced.head(key)).version != expected:
+        raise ConflictError(f"{key}: written since version {expected!r}")
 
 
 def _same_checkpoint(a: SummaryCheckpoint, b: SummaryCheckpoint, covers_to: int) -> bool:
@@ -187,13 +238,11 @@ def _same_checkpoint(a: SummaryCheckpoint, b: SummaryCheckpoint, covers_to: int)
     )
 
 
-async def _sync_checkpoint(
-    target: Side, key: ChatKey, src: Snapshot, before: Snapshot | None
-) -> bool:
+async def _sync_checkpoint(target: Side, key: ChatKey, src: Snapshot, before: Snapshot) -> bool:
     """Copy (or drop) the checkpoint so the target's matches the source's; whether a
-    checkpoint was written. ``before``: the target's snapshot when it is still current."""
+    checkpoint was written. ``before``: the target's snapshot, current."""
     if src.checkpoint is None:
-        if target.checkpoints is not None and (before is None or before.checkpoint is not None):
+        if target.checkpoints is not None and before.checkpoint is not None:
             await _drop_checkpoint(target, key)
         return False
     if target.checkpoints is None:
@@ -204,7 +253,7 @@ async def _sync_checkpoint(
     covered = src.covered_id()
     assert covered is not None
     for attempt in range(_ATTEMPTS):
-        tgt = before if attempt == 0 and before is not None else await read_snapshot(target, key)
+        tgt = before if attempt == 0 else await read_snapshot(target, key)
         covers_to = tgt.seq_of(covered)
         if covers_to is None or tgt.head is None:
             raise ConflictError(f"{key}: the message the summary covers is not in the target")

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from storage import open_storage
@@ -41,13 +42,17 @@ OTHER = ChatKey("u", "s2", "a")
 
 class Outage(InMemoryChatStorage):
     """A real in-memory store whose every write fails while ``down`` (as a store whose
-    server went away: ``StorageUnavailableError``), and hangs while ``hanging``."""
+    server went away: ``StorageUnavailableError``), and hangs while ``hanging``; with
+    ``round_trip``, every call waits a turn of the event loop, as a server's does."""
 
     down = False
     hanging = False
+    round_trip = False
     writes = 0
 
     async def _call(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.round_trip:
+            await anyio.lowlevel.checkpoint()
         if hook.__name__ not in ("_list_keys", "_fetch_records", "_load_checkpoint"):
             self.writes += 1
             if self.hanging:
@@ -304,3 +309,26 @@ async def test_abilities_and_what_is_refused(tmp_path: Path) -> None:
         assert layer._sec.storage is layer.secondary.base  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="unknown store 'nosuch'"):
         open_storage(f"mirror?secondary=nosuch://x::sqlite:///{tmp_path}/p.db")
+
+
+async def test_migrate_while_the_mirror_writes_the_same_conversations(tmp_path: Path) -> None:
+    """The cut-over: history written before the mirror, new turns mirrored while migrate
+    copies; when migrate returns the secondary holds exactly what the primary holds."""
+    secondary = Outage()
+    secondary.round_trip = True  # migrate's reads and writes interleave with the mirror's
+    keys = [ChatKey("u", f"s{n}", "a") for n in range(12)]
+    async with mirror(tmp_path, secondary) as layer:
+        for n, key in enumerate(keys):
+            await primary_of(layer).save_messages(key, conversation(n, turns=6))
+
+        async def writer() -> None:
+            for turn in range(8):
+                for key in keys:
+                    await layer.save(key, ChatMessage("user", f"live {turn}"))
+                    await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+            report = await migrate(primary_of(layer), secondary, batch=2)
+        assert report.keys == len(keys)
+        assert await equal(layer)
