@@ -7,6 +7,7 @@ config; abilities. Real servers stopped mid-run: tests/layers/mirroring/test_ser
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +34,7 @@ from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from storage.testing import FakeClock
 from tests.migrate.data import SUMMARY_META, T0, ListingOnly, conversation
+from tests.paths import REPO
 
 pytestmark = pytest.mark.anyio
 
@@ -332,3 +334,23 @@ async def test_migrate_while_the_mirror_writes_the_same_conversations(tmp_path: 
             report = await migrate(primary_of(layer), secondary, batch=2)
         assert report.keys == len(keys)
         assert await equal(layer)
+
+
+def test_the_readme_cut_over_config_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "mirror" in b)
+    config = tmp_path / "cut-over.toml"
+    config.write_text(block)
+    monkeypatch.setenv("CHATLAYERS_NEW_DSN", "memory://")
+    monkeypatch.setenv("CHATLAYERS_PII_SECRET", "readme-secret")
+    stack = open_storage(config)  # nothing is opened yet
+    names = [type(c).__name__ for c in stack.components()]
+    assert names == [
+        "SummarizingChatStorage",
+        "TransformingChatStorage",
+        "MirrorChatStorage",
+        "SQLiteChatStorage",
+    ]
+    layer = stack.find(MirrorChatStorage)
+    assert layer is not None
+    assert (layer.secondary_name, layer.timeout, layer.retry_after) == ("memory://", 5.0, 5.0)
