@@ -128,3 +128,22 @@ class TestPostgres(BuiltinSuite):
             restart=server.start,
             password=password,
         )
+
+
+class TestMirror(RealData, ConformanceSuite):
+    """The ``mirror`` layer over SQLite (its secondary another SQLite file) is a store like
+    any other: every rule of the kit, with the protocol and ability tests on the bare stack."""
+
+    layerings = ("plain",)
+
+    @pytest.fixture
+    def harness(self, tmp_path: Path) -> StoreHarness:
+        from storage.layers.mirroring import MirrorChatStorage
+        from storage.stores.sqlite import SQLiteChatStorage
+
+        def open_mirror(**options: Any) -> ChatStorage:
+            primary = SQLiteChatStorage(tmp_path / "primary.db", **options)
+            secondary = SQLiteChatStorage(tmp_path / "secondary.db", **options)
+            return MirrorChatStorage(primary, secondary=secondary)
+
+        return StoreHarness(open=open_mirror, url=None)
