@@ -1,0 +1,44 @@
+"""What the summarizing layer calls: the ``ChatSummarizer`` type, and the default one by name.
+
+The type is defined here, on the storage side, so the layer needs nothing from the
+``summarizers`` package (``summarizers.ChatSummarizer`` re-exports it); the ready summarizers
+are found through the registry by name (:mod:`storage.config.registry`, where
+``"extractive"`` and ``"litellm"`` are registered and third parties add theirs through entry
+points), the same seam a URL's ``summarizer=NAME`` goes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeAlias
+
+from storage.config.registry import registry
+from storage.message import ChatMessage
+
+__all__ = ["DEFAULT_SUMMARIZER", "ChatSummarizer", "default_summarizer"]
+
+ChatSummarizer: TypeAlias = Callable[[list[ChatMessage], int], Awaitable[list[ChatMessage]]]
+"""``summarizer(buffer, keep_last) -> new buffer``.
+
+Takes the key's buffer (oldest first; its first message may be a prior summary, see
+``ChatMessage.is_summary``) and ``keep_last``, and returns the new buffer: one summary message
+(``metadata={"chatlayers": {"summary": True, ...}}``) followed by the last ``keep_last`` turns
+verbatim. A turn is a user message and everything up to the next user message, so a tool call
+and its results are never split. Raising (any exception) leaves the buffer unchanged; the layer
+reports it as ``SummarizerError``.
+"""
+
+DEFAULT_SUMMARIZER: Final = "extractive"
+"""The registry name of the summarizer a layer uses when none is given (offline,
+deterministic: ``summarizers.ExtractiveSummarizer``)."""
+
+
+def default_summarizer() -> ChatSummarizer:
+    """A new instance of the summarizer registered as :data:`DEFAULT_SUMMARIZER`.
+
+    Raises:
+        ConfigError: the name cannot be resolved (its module is missing).
+    """
+    factory = registry.resolve("summarizers", DEFAULT_SUMMARIZER)
+    summarizer: ChatSummarizer = factory()
+    return summarizer
