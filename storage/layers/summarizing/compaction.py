@@ -18,6 +18,7 @@ import attrs
 
 from storage.errors import SummarizerError
 from storage.history import last_turns_start
+from storage.layers.summarizing.base_views import Counters
 from storage.layers.summarizing.calling import run_summarizer
 from storage.layers.summarizing.cutting import Cut, Work, opener_before, plan_cut, view_form
 from storage.layers.summarizing.header import header_messages
@@ -27,7 +28,6 @@ from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import mark_summary, split_result
 from storage.layers.summarizing.state import StoreState
 from storage.layers.summarizing.trimming import trim_tool_results
-from storage.layers.summarizing.views import Counters
 from storage.message import ChatMessage
 from storage.summarizer import ChatSummarizer
 

@@ -1,67 +1,31 @@
 """``SummarizingChatStorage``: short views of long histories; the raw record untouched.
 
-The contract of agent-squad's ``SummarizingChatStorage``, made safe:
-
-1. Before a key is summarized, it reads and writes like the inner store.
-2. The first ``fetch`` whose history has more than ``trigger_at * 2`` messages calls
-   ``summarizer(history, keep_last)``. A concurrent fetch waits for that call and returns the
-   same view. If it fails, the key stays cold and the next qualifying fetch tries again.
-3. Once a key's view is cached, a save stores the raw messages first, then appends what the
-   inner store returned (scrubbed, not the raw input) to the view, and summarizes at once
-   when the view holds more than ``trigger_at * 2`` messages. Fetch serves the view.
-4. ``fetch_all_chats`` always reads the inner store; ``delete``/``delete_user`` drop views.
-5. One summarizer call at a time per key; saves landing meanwhile are kept after its result.
-6. A failing (or timed-out) summarizer loses nothing: ``on_error="raise"`` propagates
-   ``SummarizerError`` (original as ``__cause__``) and the next trigger retries;
-   ``on_error="fallback"`` serves the last view and retries with backoff (:mod:`.policy`).
-7. A result with invalid roles, an orphaned tool result, or without the last ``keep_last``
-   turns verbatim raises ``SummarizerError``; the view stays as it was.
-8. Per-key state is bounded (``max_buffers``, least recently used go cold), always.
-9. The record and the view: the raw record is append-only and never written by summarizing.
-   With ``summaries="store"`` a summary is a checkpoint stored beside the record (through
-   every layer below), and the view is ``checkpoint + raw messages after it``; the in-memory
-   view is only a cache of that, so a restarted or another worker serves the same view with
-   no summarizer call. ``coherence="store"`` checks the key's head on every fetch of a
-   cached key; a fleet makes one summarizer call per threshold crossing (a lease, then a
-   compare-and-set of the checkpoint). ``summaries="memory"`` is the seed's behaviour: views
-   live in this process only and do not see other instances' saves.
-
-Agent traffic: budgets in tokens (``trigger_tokens``/``keep_tokens``, or ``trigger_fraction``
-of ``model``'s context window), long turns compressed by tool-call groups (:mod:`.cutting`),
-old tool output trimmed without a model (``trim_tool_results``), summaries made in the
-background (``background=True``), and a view that only grows at its end between compactions,
-with its leading system prompt pinned first (``view_version`` says when the prefix changed).
-
-The layer itself only delegates: its options are :mod:`.options` (validated once), where a
-view comes from is a :class:`~storage.layers.summarizing.views.Views` (:mod:`.store_views` or
-:mod:`.memory_views`, chosen at construction), background summaries run in
-:mod:`.background`'s runner.
+The layer itself (its contract: :mod:`storage.layers.summarizing`) only delegates: its options
+are :mod:`.options` (validated once, frozen), where a key's view comes from is a
+:class:`~storage.layers.summarizing.views.Views` (:mod:`.store_views` or :mod:`.memory_views`,
+chosen at construction), and background summaries run in :mod:`.background`'s runner. Its
+public methods check what is the layer's to check, call the inner store for the raw record,
+and hand the rest to the views.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Any, Self
 
 from storage.abilities import (
-    CheckpointStorage,
     ForwardRecords,
     ForwardRetention,
     ForwardSearch,
     ForwardSequenced,
     ForwardSessions,
-    find_ability,
 )
-from storage.errors import ConfigError
+from storage.layers.summarizing.attributes import Delegated
 from storage.layers.summarizing.background import BackgroundRunner
-from storage.layers.summarizing.memory_views import MemoryViews
 from storage.layers.summarizing.options import (
     Coherence,
     CoherenceChoice,
@@ -89,52 +53,12 @@ from storage.layers.summarizing.options import (
 )
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import summary_message
-from storage.layers.summarizing.store_views import StoreViews
-from storage.layers.summarizing.views import Views
+from storage.layers.summarizing.views import Views, open_views
 from storage.message import ChatKey, ChatMessage, check_key_part
 from storage.protocol import ChatStorage, ChatStorageWrapper
 from storage.summarizer import ChatSummarizer, default_summarizer
 
 __all__ = ["SummarizingChatStorage"]
-
-T = TypeVar("T")
-
-
-class _Option(Generic[T]):
-    """A read-only attribute of the layer that is one of its options."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, instance: None, owner: type) -> Self: ...
-    @overload
-    def __get__(self, instance: SummarizingChatStorage, owner: type) -> T: ...
-    def __get__(self, instance: SummarizingChatStorage | None, owner: type) -> Self | T:
-        if instance is None:
-            return self
-        value: T = getattr(instance._options, self._name)
-        return value
-
-
-class _Count:
-    """A counter of the layer (:class:`~storage.layers.summarizing.views.Counters`)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, instance: None, owner: type) -> Self: ...
-    @overload
-    def __get__(self, instance: SummarizingChatStorage, owner: type) -> int: ...
-    def __get__(self, instance: SummarizingChatStorage | None, owner: type) -> Self | int:
-        if instance is None:
-            return self
-        value: int = getattr(instance._views.counts, self._name)
-        return value
-
-    def __set__(self, instance: SummarizingChatStorage, value: int) -> None:
-        setattr(instance._views.counts, self._name, value)
 
 
 class SummarizingChatStorage(
@@ -149,8 +73,8 @@ class SummarizingChatStorage(
 
     Args:
         inner: the wrapped store (often a scrubbing layer over a base store).
-        summarizer: ``async (view, keep_last) -> new view``; default
-            ``summarizers.ExtractiveSummarizer()`` (offline, deterministic).
+        summarizer: ``async (view, keep_last) -> new view``; default: the registry's
+            ``"extractive"``, ``summarizers.ExtractiveSummarizer()`` (offline, deterministic).
         trigger_at: summarize when a view holds more than ``trigger_at * 2`` messages
             (``trigger_at`` message pairs). Must be >= 1. Default 20, unless a token budget
             is given: a token budget replaces the pair budget (giving both is a
@@ -241,46 +165,43 @@ class SummarizingChatStorage(
     one with only its ``trimmed_chars`` marker); only the summary message ``is_summary``.
 
     Raises:
-        ConfigError: on construction (a ``ValueError`` too), every bad value at once, each
-            named: ``trigger_at``, ``keep_last``, ``max_buffers``, ``timeout``,
-            ``lease_ttl``, a retry delay, budget or trimming option out of range, an unknown
-            ``summaries``/``coherence``/``on_error``/``summary_role`` value (each option's
-            rule is declared in its annotation, :mod:`.options`, so config lists these with
-            every other problem of a URL or file); ``summaries="store"`` over a stack
-            without the ``CheckpointStorage`` ability.
+        ConfigError: on construction (a ``ValueError`` too): every value out of range or
+            not a choice, at once, each named (each option's rule is declared in its
+            annotation, :mod:`.options`, so config lists them with every other problem of a
+            URL or file); conflicting budgets (``trigger_at`` with a token budget,
+            ``trigger_tokens`` with ``trigger_fraction``, ``keep_tokens`` without a token
+            budget); ``trigger_fraction`` for a model with no known context window and no
+            ``context_window``; ``summaries="store"`` over a stack without the
+            ``CheckpointStorage`` ability. After construction: a ``save`` or ``fetch`` of a
+            ``background=True`` layer that was not entered (``async with layer:``), before
+            anything is written.
         SummarizerError: from the ``save`` or ``fetch`` that triggered a failing summarizer
             (``on_error="raise"``; in background mode the failure is logged and counted).
-        ConfigError: on construction, conflicting budgets (``trigger_at`` with a token
-            budget, ``trigger_tokens`` with ``trigger_fraction``, ``keep_tokens`` without a
-            token budget) or ``trigger_fraction`` for a model with no known context window
-            and no ``context_window`` (the error names it); a ``save`` or ``fetch``
-            of a ``background=True`` layer that was not entered (``async with layer:``),
-            before anything is written.
     """
 
-    trigger_at = _Option[int | None]()
-    keep_last = _Option[int]()
-    trigger_tokens = _Option[int | None]()
-    keep_tokens = _Option[int | None]()
-    model = _Option[str]()
-    trim_tool_results = _Option[int | None]()
-    trim_keep_turns = _Option[int]()
-    background = _Option[bool]()
-    max_buffers = _Option[int]()
-    timeout = _Option[float | None]()
-    lease_ttl = _Option[float]()
-    summary_role = _Option[SummaryRole]()
-    coherence = _Option[Coherence]()
-    on_error = _Option[OnError]()
+    trigger_at = Delegated[int | None]("_options")
+    keep_last = Delegated[int]("_options")
+    trigger_tokens = Delegated[int | None]("_options")
+    keep_tokens = Delegated[int | None]("_options")
+    model = Delegated[str]("_options")
+    trim_tool_results = Delegated[int | None]("_options")
+    trim_keep_turns = Delegated[int]("_options")
+    background = Delegated[bool]("_options")
+    max_buffers = Delegated[int]("_options")
+    timeout = Delegated[float | None]("_options")
+    lease_ttl = Delegated[float]("_options")
+    summary_role = Delegated[SummaryRole]("_options")
+    coherence = Delegated[Coherence]("_options")
+    on_error = Delegated[OnError]("_options")
 
-    summaries_made = _Count()
-    summary_failures = _Count()
-    lease_busy = _Count()
-    checkpoint_conflicts = _Count()
-    checkpoints_loaded = _Count()
-    summarizer_calls = _Count()
-    trims_made = _Count()
-    saves_triggering = _Count()
+    summaries_made = Delegated[int]("_counts", settable=True)
+    summary_failures = Delegated[int]("_counts", settable=True)
+    lease_busy = Delegated[int]("_counts", settable=True)
+    checkpoint_conflicts = Delegated[int]("_counts", settable=True)
+    checkpoints_loaded = Delegated[int]("_counts", settable=True)
+    summarizer_calls = Delegated[int]("_counts", settable=True)
+    trims_made = Delegated[int]("_counts", settable=True)
+    saves_triggering = Delegated[int]("_counts", settable=True)
 
     def __init__(
         self,
@@ -337,7 +258,7 @@ class SummarizingChatStorage(
         self._runner = BackgroundRunner()
         # Background mode: a save or fetch first checks that the runner's group is open.
         self._background = self._runner if options.background else None
-        self._views: Views = _views_for(
+        self._views: Views = open_views(
             inner,
             options,
             policy,
@@ -345,6 +266,7 @@ class SummarizingChatStorage(
             self._background,
         )
         self._states = self._views.states
+        self._counts = self._views.counts
 
     @property
     def summarizer(self) -> ChatSummarizer:
@@ -391,10 +313,18 @@ class SummarizingChatStorage(
 
     # --- writes --------------------------------------------------------------------------
 
-    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
+    def _check_entered(self) -> None:
+        """A ``background=True`` layer must be entered before use (nothing is written).
+
+        Raises:
+            ConfigError: its task group is not open.
+        """
         background = self._background
         if background is not None and not background.open:
             background.refuse()
+
+    async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
+        self._check_entered()
         views = self._views
         generation = views.generation(key)
         stored = await self.inner.save(key, message)
@@ -403,9 +333,7 @@ class SummarizingChatStorage(
     async def save_messages(
         self, key: ChatKey, messages: Sequence[ChatMessage]
     ) -> list[ChatMessage]:
-        background = self._background
-        if background is not None and not background.open:
-            background.refuse()
+        self._check_entered()
         views = self._views
         generation = views.generation(key)
         stored = await self.inner.save_messages(key, messages)
@@ -422,9 +350,7 @@ class SummarizingChatStorage(
             ConfigError: a ``background=True`` layer that was not entered, before anything
                 is written.
         """
-        background = self._background
-        if background is not None and not background.open:
-            background.refuse()
+        self._check_entered()
         views = self._views
         generation = views.generation(key)
         inner: Any = self.inner
@@ -565,30 +491,3 @@ class SummarizingChatStorage(
             + (f"coherence={o.coherence}, " if self.summaries == "store" else "")
             + f"on_error={o.on_error}, summarizer={self._views.summarizer_name})"
         )
-
-
-def _views_for(
-    inner: ChatStorage,
-    options: SummarizingOptions,
-    policy: Policy,
-    summarizer: ChatSummarizer,
-    background: BackgroundRunner | None,
-) -> Views:
-    """The views of the mode ``options.summaries`` names, or the stack allows (``None``:
-    store mode when every component of ``inner`` has the ``CheckpointStorage`` ability).
-
-    Raises:
-        ConfigError: ``summaries="store"`` over a stack without that ability.
-    """
-    store = find_ability(inner, CheckpointStorage)
-    if options.summaries == "store" and store is None:
-        own = getattr(inner, "describe", None)
-        described = str(own()) if callable(own) else type(inner).__name__
-        raise ConfigError(
-            "summaries='store' needs summary checkpoints, which this stack does not offer "
-            f"(inner: {described}); use summaries='memory' for in-process summaries"
-        )
-    if store is None or options.summaries == "memory":
-        return MemoryViews(options, policy, summarizer, background, inner=inner)
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    return StoreViews(options, policy, summarizer, background, store=store, owner=owner)

@@ -24,13 +24,13 @@ import attrs
 
 from storage.errors import InvalidArgumentError, SummarizerError
 from storage.layers.summarizing.background import BackgroundRunner
+from storage.layers.summarizing.base_views import BaseViews
 from storage.layers.summarizing.calling import run_summarizer
 from storage.layers.summarizing.cutting import PINNED_ROLES, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import leading_summaries, serve, start_right
 from storage.layers.summarizing.state import KeyStates, MemoryState
-from storage.layers.summarizing.views import BaseViews
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 from storage.summarizer import ChatSummarizer
@@ -74,7 +74,7 @@ class MemoryViews(BaseViews[MemoryState]):
 
     Args:
         inner: the layer's inner stack (the raw record a cold key is read from).
-        (the others as for :class:`~storage.layers.summarizing.views.BaseViews`)
+        (the others as for :class:`~storage.layers.summarizing.base_views.BaseViews`)
     """
 
     summaries: Summaries = "memory"

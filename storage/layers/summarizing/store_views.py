@@ -25,6 +25,7 @@ from storage.abilities import CheckpointStorage, SummaryCheckpoint
 from storage.errors import ConflictError, InvalidArgumentError, InvalidMessageError, SummarizerError
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.background import BackgroundRunner
+from storage.layers.summarizing.base_views import BaseViews
 from storage.layers.summarizing.compaction import Compaction
 from storage.layers.summarizing.cutting import Work, mark_verbatim, pinned_prompt, view_form
 from storage.layers.summarizing.hold import with_hold, without_hold
@@ -32,7 +33,6 @@ from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import serve
 from storage.layers.summarizing.state import KeyStates, StoreState
-from storage.layers.summarizing.views import BaseViews
 from storage.message import ChatKey, ChatMessage
 from storage.summarizer import ChatSummarizer
 
@@ -58,7 +58,7 @@ class StoreViews(BaseViews[StoreState]):
     Args:
         store: the ``CheckpointStorage`` ability of the layer's inner stack.
         owner: this instance's name in the key's lease (host, process, a random part).
-        (the others as for :class:`~storage.layers.summarizing.views.BaseViews`)
+        (the others as for :class:`~storage.layers.summarizing.base_views.BaseViews`)
     """
 
     summaries: Summaries = "store"
