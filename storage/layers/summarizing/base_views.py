@@ -71,6 +71,7 @@ class BaseViews(ABC, Generic[S]):
         self.summarizer_name = describe_summarizer(summarizer)
         self.background = background
         self.counts = Counters()
+        self.fallback = options.fallback  # read on every fetch: an attribute, not a property
         # The newest window a view with no summary is served as (fallback, pair budget).
         self.window = options.threshold if options.fallback else None
 

@@ -117,7 +117,7 @@ class StoreViews(BaseViews[StoreState]):
                 ):
                     async with state.sync_lock:
                         grew = await fleet.read_back(store, key, state)
-            if (grew or self.options.fallback) and self.policy.due(state):
+            if (grew or self.fallback) and self.policy.due(state):
                 if self.background is not None:
                     self.schedule(state, key)
                 else:
