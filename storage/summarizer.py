@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeAlias
 
-from storage.config.registry import registry
 from storage.message import ChatMessage
 
 __all__ = ["DEFAULT_SUMMARIZER", "ChatSummarizer", "default_summarizer"]
@@ -39,6 +38,10 @@ def default_summarizer() -> ChatSummarizer:
     Raises:
         ConfigError: the name cannot be resolved (its module is missing).
     """
+    # Imported on first use: the registry (and entry-point discovery) costs nothing until a
+    # layer is built without a summarizer.
+    from storage.config.registry import registry
+
     factory = registry.resolve("summarizers", DEFAULT_SUMMARIZER)
     summarizer: ChatSummarizer = factory()
     return summarizer

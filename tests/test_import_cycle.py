@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import storage.config.registry
 import storage.summarizer
 import storage.tokens
 import summarizers
@@ -78,7 +79,7 @@ def test_the_default_summarizer_is_the_registered_extractive_one(
 
     registry = Registry(entry_points=False)
     registry.register("summarizers", "extractive", Own, clobber=True)
-    monkeypatch.setattr(storage.summarizer, "registry", registry)
+    monkeypatch.setattr(storage.config.registry, "registry", registry)
     assert type(SummarizingChatStorage(InMemoryChatStorage()).summarizer) is Own
 
 
