@@ -10,7 +10,7 @@ points), the same seam a URL's ``summarizer=NAME`` goes through.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from storage.message import ChatMessage
 
@@ -32,8 +32,13 @@ DEFAULT_SUMMARIZER: Final = "extractive"
 deterministic: ``summarizers.ExtractiveSummarizer``)."""
 
 
+_last: tuple[object, int, Callable[[], Any]] | None = None
+"""The last lookup: the registry, its generation then, the factory found."""
+
+
 def default_summarizer() -> ChatSummarizer:
-    """A new instance of the summarizer registered as :data:`DEFAULT_SUMMARIZER`.
+    """A new instance of the summarizer registered as :data:`DEFAULT_SUMMARIZER` in the
+    process-wide registry (looked up again whenever a registration changed).
 
     Raises:
         ConfigError: the name cannot be resolved (its module is missing).
@@ -42,6 +47,10 @@ def default_summarizer() -> ChatSummarizer:
     # layer is built without a summarizer.
     from storage.config.registry import registry
 
-    factory = registry.resolve("summarizers", DEFAULT_SUMMARIZER)
-    summarizer: ChatSummarizer = factory()
+    global _last
+    last = _last
+    if last is None or last[0] is not registry or last[1] != registry.generation:
+        factory = registry.resolve("summarizers", DEFAULT_SUMMARIZER)
+        last = _last = (registry, registry.generation, factory)
+    summarizer: ChatSummarizer = last[2]()
     return summarizer

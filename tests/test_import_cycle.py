@@ -82,6 +82,12 @@ def test_the_default_summarizer_is_the_registered_extractive_one(
     monkeypatch.setattr(storage.config.registry, "registry", registry)
     assert type(SummarizingChatStorage(InMemoryChatStorage()).summarizer) is Own
 
+    class Later(ExtractiveSummarizer):
+        pass
+
+    registry.register("summarizers", "extractive", Later, clobber=True)  # seen at once
+    assert type(SummarizingChatStorage(InMemoryChatStorage()).summarizer) is Later
+
 
 def test_the_public_names_of_summarizers_are_the_storage_side_objects() -> None:
     assert summarizers.ChatSummarizer is storage.summarizer.ChatSummarizer
