@@ -24,7 +24,7 @@ from storage.abilities import (
     ForwardSequenced,
     ForwardSessions,
 )
-from storage.layers.summarizing.attributes import Delegated
+from storage.layers.summarizing.attributes import Delegated, Settable
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.options import (
     Coherence,
@@ -194,14 +194,14 @@ class SummarizingChatStorage(
     coherence = Delegated[Coherence]("_options")
     on_error = Delegated[OnError]("_options")
 
-    summaries_made = Delegated[int]("_counts", settable=True)
-    summary_failures = Delegated[int]("_counts", settable=True)
-    lease_busy = Delegated[int]("_counts", settable=True)
-    checkpoint_conflicts = Delegated[int]("_counts", settable=True)
-    checkpoints_loaded = Delegated[int]("_counts", settable=True)
-    summarizer_calls = Delegated[int]("_counts", settable=True)
-    trims_made = Delegated[int]("_counts", settable=True)
-    saves_triggering = Delegated[int]("_counts", settable=True)
+    summaries_made = Settable[int]("_counts")
+    summary_failures = Settable[int]("_counts")
+    lease_busy = Settable[int]("_counts")
+    checkpoint_conflicts = Settable[int]("_counts")
+    checkpoints_loaded = Settable[int]("_counts")
+    summarizer_calls = Settable[int]("_counts")
+    trims_made = Settable[int]("_counts")
+    saves_triggering = Settable[int]("_counts")
 
     def __init__(
         self,

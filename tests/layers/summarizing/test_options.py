@@ -140,7 +140,7 @@ def test_options_are_validated_once_and_frozen() -> None:
     assert layer.lease_ttl == 40.0  # resolved once: timeout + 30
     assert layer.trigger_at == 20
     with pytest.raises(AttributeError, match="read-only"):
-        layer.trigger_at = 3  # type: ignore[misc]
+        layer.trigger_at = 3  # type: ignore[assignment]
     options = layer._options
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         options.keep_last = 5  # type: ignore[misc]
