@@ -1,4 +1,4 @@
-"""Memory mode (``summaries="memory"``, the seed's behaviour): a key's summary kept in this
+"""Memory mode (``summaries="memory"``, agent-squad's behaviour): a key's summary kept in this
 process, viewed like a checkpoint.
 
 The first fetch whose raw history is over the budget calls the summarizer (a concurrent fetch
