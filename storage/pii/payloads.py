@@ -18,8 +18,8 @@ from typing import Final
 
 __all__ = ["scrub_json"]
 
-_TOKEN_RE: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"|-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?')
-_KEY_COLON_RE: Final = re.compile(r"\s*+:")
+# A string (with the colon after it when it is an object key) or a number.
+_TOKEN_RE: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"(\s*+:)?|-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?')
 
 
 def scrub_json(
@@ -27,6 +27,7 @@ def scrub_json(
     scrub_string: Callable[[str], str],
     scrub_integer: Callable[[str], str | None],
     scrub_keyed: Callable[[str, str], str | None] | None = None,
+    is_keyed: Callable[[str], bool] | None = None,
 ) -> str | None:
     """Scrub the JSON document ``raw``; ``None`` when ``raw`` is not a JSON object or array.
 
@@ -38,6 +39,8 @@ def scrub_json(
         scrub_keyed: maps (object key, value text) of a string or non-negative integer value
             that directly follows its key to replacement text when the key names an entity
             (``"zip": "78750"``), else ``None``; tried before the other two.
+        is_keyed: whether ``scrub_keyed`` can replace a value under this (decoded) object key;
+            default: any key.
 
     Returns:
         ``raw`` itself when nothing changed, else the edited document.
@@ -49,6 +52,7 @@ def scrub_json(
         json.loads(raw)
     except (ValueError, RecursionError):  # too deep to parse: scrubbed as plain text
         return None
+    loads, dumps = json.loads, json.dumps
     pieces: list[str] = []
     last = 0
     key: str | None = None  # the key whose value comes next
@@ -58,19 +62,20 @@ def scrub_json(
         keyed = key if key is not None and not raw[key_end : m.start()].strip() else None
         key = None
         if token[0] == '"':
-            colon = _KEY_COLON_RE.match(raw, m.end())
-            if colon is not None:  # an object key
+            if m.start(1) >= 0:  # an object key
                 if scrub_keyed is not None:
-                    key = json.loads(token) if "\\" in token else token[1:-1]
-                    key_end = colon.end()
+                    literal = token[: m.start(1) - m.start()]
+                    name = loads(literal) if "\\" in literal else literal[1:-1]
+                    if is_keyed is None or is_keyed(name):
+                        key, key_end = name, m.end()
                 continue
-            value = json.loads(token) if "\\" in token else token[1:-1]
+            value = loads(token) if "\\" in token else token[1:-1]
             new = scrub_keyed(keyed, value) if keyed is not None and scrub_keyed else None
             if new is None:
                 new = scrub_string(value)
             if new == value:
                 continue
-            replacement = json.dumps(new, ensure_ascii=token.isascii())
+            replacement = dumps(new, ensure_ascii=token.isascii())
         else:
             new_number = None
             if keyed is not None and scrub_keyed is not None and token.isdigit():
@@ -81,7 +86,7 @@ def scrub_json(
                 new_number = scrub_integer(token)
             if new_number is None:
                 continue
-            replacement = json.dumps(new_number)
+            replacement = dumps(new_number)
         pieces.append(raw[last : m.start()])
         pieces.append(replacement)
         last = m.end()

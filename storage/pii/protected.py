@@ -6,12 +6,18 @@ SKUs, tracking numbers) are made of digit groups that look like phone, card or S
 and number detectors drop or shorten a candidate that overlaps one. Hex digests and tool-call
 ids (``call_abc123``, ``toolu_01...``) need no entry: number detectors refuse digits that
 touch a letter or an underscore.
+
+The view also holds the text's *shape*: its bytes with every ASCII digit turned into ``0``
+and every ASCII letter into ``a`` (one ``bytes.translate``), so a detector can ask in one
+substring search whether the text holds what each of its matches must contain (``0000 0000``
+for a grouped card number, ``0.0`` for an IP address or a version) before it runs a regex.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = ["NEVER_MATCH_RES", "TextView"]
@@ -55,17 +61,60 @@ _EXTENSION_RE: Final = re.compile(r"\d+(?:x|ext)\d+")
 NEVER_MATCH_RES: Final = (_DATES_RE, _UUID_RE, _LABELLED_RE)
 
 
+# ASCII digits -> "0", ASCII letters -> "a", every other byte kept.
+_SHAPE: Final = bytes(
+    48 if 48 <= b <= 57 else 97 if 65 <= b <= 90 or 97 <= b <= 122 else b for b in range(256)
+)
+_ASCII: Final = bytes(range(128))
+# Characters that no pattern above (nor _DASHED_RE) can consume: no protected span crosses
+# one, and at one every lookaround of theirs sees what it sees at the end of a text. So the
+# spans that can overlap a candidate are found between the cuts around it alone, not in the
+# whole text (a log line's IP address is checked against its line, not against the file).
+_CUT_CHARS: Final = "\n\r\t\x0b\x0c\"'()[]{};|@&*?\\$%`"
+_CUTS: Final = bytes(10 if chr(b) in _CUT_CHARS else 32 for b in range(256))  # "\n" at cuts
+_LABEL_WORDS: Final = (
+    "sku", "item", "order", "part", "model", "serial", "invoice", "ticket", "tracking",
+    "confirmation", "booking", "reservation", "ref",
+)  # fmt: skip
+
+
+def _patterns(text: str, shape: bytes | None) -> Iterator[re.Pattern[str]]:
+    """The patterns of :data:`NEVER_MATCH_RES` that can match ``text`` (of that shape)."""
+    if shape is None:
+        yield from NEVER_MATCH_RES
+        return
+    dotted = b"0.0" in shape
+    if dotted or b"0-0" in shape or b"0/0" in shape or b"0a0" in shape:
+        yield _DATES_RE  # every date form has a separator or a "T" between two digits
+    if shape.count(b"-") >= 4:
+        yield _UUID_RE
+    # Versions and requirement specifiers have "digits.digits"; labelled ids a label word
+    # (matched ignoring case, so a text outside ASCII, with its case folds, always runs it).
+    if dotted or not text.isascii():
+        yield _LABELLED_RE
+    else:
+        lower = text.lower()
+        if any(word in lower for word in _LABEL_WORDS):
+            yield _LABELLED_RE
+
+
 def _mixed(part: str) -> bool:
     """A part mixing letters and digits, other than a phone extension such as ``3560x45``."""
     return not part.isdigit() and not part.isalpha() and _EXTENSION_RE.fullmatch(part) is None
 
 
-def _never_match_spans(text: str) -> tuple[list[int], list[int]]:
+def _never_match_spans(
+    text: str, lo: int, hi: int, shape: bytes | None
+) -> tuple[list[int], list[int]]:
+    """The merged protected spans of ``text[lo:hi]`` (``lo`` and ``hi`` at cuts or the ends),
+    with ``shape`` that of ``text[lo:hi]`` or of a text holding it (``None``: unknown)."""
     starts: list[int] = []
     ends: list[int] = []
-    spans = [m.span() for rx in NEVER_MATCH_RES for m in rx.finditer(text)]
-    if "-" in text:
-        for m in _DASHED_RE.finditer(text):
+    # Each pattern runs only where the shape holds what every match of it contains.
+    window = text[lo:hi]
+    spans = [m.span() for rx in _patterns(window, shape) for m in rx.finditer(text, lo, hi)]
+    if "-" in window:
+        for m in _DASHED_RE.finditer(text, lo, hi):
             if any(_mixed(part) for part in m.group().split("-")):
                 spans.append(m.span())
     spans.sort()
@@ -83,20 +132,49 @@ class TextView:
 
     Attributes:
         text: the text.
+        shape: the text's UTF-8 bytes with ASCII digits as ``0`` and ASCII letters as ``a``
+            (other bytes kept), or ``None`` when the text holds a decimal digit outside ASCII
+            (Arabic-Indic ``٣``, fullwidth digits), which ``\\d`` matches but the shape cannot
+            show.
+        digits: how many decimal digits it holds (with ``shape`` ``None``: its length, a
+            bound).
         has_digit: whether it holds any decimal digit (number detectors skip it otherwise).
     """
 
-    __slots__ = ("_never", "has_digit", "text")
+    __slots__ = ("_cuts", "_never", "digits", "has_digit", "shape", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.has_digit = _DIGIT.search(text) is not None
-        self._never: tuple[list[int], list[int]] | None = None
+        shape: bytes | None
+        if text.isascii():
+            shape = text.encode("ascii").translate(_SHAPE)
+        else:
+            raw = text.encode("utf-8", "surrogatepass")
+            others = raw.translate(None, _ASCII).decode("utf-8", "surrogatepass")
+            shape = None if _DIGIT.search(others) else raw.translate(_SHAPE)
+        self.shape = shape
+        self.digits = len(text) if shape is None else shape.count(b"0")
+        self.has_digit = self.digits > 0
+        self._cuts: bytes | None = None
+        self._never: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
 
     def never_match(self, start: int, end: int) -> bool:
         """True when ``[start, end)`` overlaps a date, UUID, version string or labelled id."""
-        if self._never is None:
-            self._never = _never_match_spans(self.text)
-        starts, ends = self._never
+        text, shape = self.text, self.shape
+        if text.isascii():  # byte offsets are character offsets: cut at any cut character
+            if self._cuts is None:
+                self._cuts = text.encode("ascii").translate(_CUTS)
+            lo = self._cuts.rfind(b"\n", 0, start) + 1
+            hi = self._cuts.find(b"\n", end)
+            hi = len(text) if hi < 0 else hi
+            shape = None if shape is None else shape[lo:hi]
+        else:  # cut at line breaks only; the whole text's shape still bounds the window's
+            lo = text.rfind("\n", 0, start) + 1
+            hi = text.find("\n", end)
+            hi = len(text) if hi < 0 else hi
+        spans = self._never.get((lo, hi))
+        if spans is None:
+            spans = self._never[lo, hi] = _never_match_spans(text, lo, hi, shape)
+        starts, ends = spans
         i = bisect_right(starts, end - 1) - 1  # last protected span starting before ``end``
         return i >= 0 and ends[i] > start

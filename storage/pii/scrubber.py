@@ -41,7 +41,7 @@ from storage.pii.detectors import (
     find_us_ssns,
 )
 from storage.pii.freetext import find_dates_of_birth, find_street_addresses, find_zip_codes
-from storage.pii.keyed import compile_json_keys, keyed_entity
+from storage.pii.keyed import compile_json_keys, keyed_entity, normalize_key
 from storage.pii.known_values import FrozenValues, KnownValues, freeze_known_values
 from storage.pii.ner import EntityRecognizer
 from storage.pii.payloads import scrub_json
@@ -53,6 +53,7 @@ from storage.pii.placeholders import (
     KeyedHasher,
     mask,
 )
+from storage.pii.prefilter import BITS, possible
 from storage.pii.protected import TextView
 from storage.pii.spans import Detection, resolve
 
@@ -254,12 +255,19 @@ class PIIScrubber:
         self._finders: tuple[tuple[str, int, SpanFinder], ...] = tuple(
             (name, rank, finder) for name, (rank, finder) in finders.items()
         )
+        # The finders to run on a text, by what prefilter.possible says can match there.
+        self._plans: dict[int, tuple[tuple[str, int, SpanFinder], ...]] = {}
         self._known: FrozenValues = freeze_known_values(known_values)
         self._known_for = known_values_for
         if recognizer is not None and not callable(recognizer):
             raise ConfigError("recognizer must be callable: text -> [(start, end, entity)]")
         self._recognizer = recognizer
         self._json_keys = compile_json_keys(json_keys)
+        keys = self._json_keys
+        # Which object keys name an entity, so only their values are tried as keyed fields.
+        self._is_keyed: Callable[[str], bool] | None = (
+            (lambda name: normalize_key(name) in keys) if keys else None
+        )
         self.counts: Counter[str] = Counter()
         # Called with (entity, original value) for every replacement: benchmarks score with it.
         self._observer: Callable[[str, str], None] | None = None
@@ -363,9 +371,14 @@ class PIIScrubber:
         if not text:
             return []
         view = TextView(text)
+        mask = possible(view)
+        plan = self._plans.get(mask)
+        if plan is None:
+            plan = self._plans[mask] = self._plan(mask)
         found: list[tuple[int, int, int, str]] = []
-        for name, rank, finder in self._finders:
-            found.extend((start, end, rank, name) for start, end in finder(view))
+        for name, rank, finder in plan:
+            for start, end in finder(view):
+                found.append((start, end, rank, name))
         if known is not None:
             found.extend((start, end, _KNOWN_RANK, name) for start, end, name in known.find(text))
         if self._recognizer is not None:
@@ -378,6 +391,15 @@ class PIIScrubber:
         if "<" in text:
             found = _outside_placeholders(text, found)
         return resolve(found)
+
+    def _plan(self, mask: int) -> tuple[tuple[str, int, SpanFinder], ...]:
+        """The finders to run when ``mask`` names the built-ins that can match; a custom
+        detector (also one that replaces a built-in) always runs."""
+        return tuple(
+            item
+            for item in self._finders
+            if item[2] is not _BUILTIN.get(item[0]) or BITS[item[0]] & mask
+        )
 
     def _replace(
         self, text: str, found: list[Detection], hasher: KeyedHasher, key: ChatKey | None = None
@@ -600,7 +622,9 @@ class _Run:
 
     def payload(self, text: str) -> str:
         """A JSON document value by value, or plain text when it is not JSON."""
-        scrubbed = scrub_json(text, self.text, self.integer, self.keyed)
+        is_keyed = self._owner._is_keyed
+        keyed = self.keyed if is_keyed is not None else None
+        scrubbed = scrub_json(text, self.text, self.integer, keyed, is_keyed)
         return self.text(text) if scrubbed is None else scrubbed
 
     def integer(self, digits: str) -> str | None:
