@@ -18,8 +18,17 @@ from typing import Final
 
 __all__ = ["scrub_json"]
 
-# A string (with the colon after it when it is an object key) or a number.
-_TOKEN_RE: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"(\s*+:)?|-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?')
+_STRING: Final = r'"((?:[^"\\]++|\\.)*+)"'
+_NUMBER: Final = r"(-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?)"
+# An object key with the string or number value right after it (groups 1-3; a value that
+# is an object, an array, true, false or null is left to the next match), or a string or a
+# number elsewhere (groups 4, 5).
+_TOKEN_RE: Final = re.compile(rf"{_STRING}\s*+:\s*+(?:{_STRING}|{_NUMBER})?|{_STRING}|{_NUMBER}")
+
+
+def _decoded(body: str) -> str:
+    """A string literal's value from its text between the quotes."""
+    return json.loads(f'"{body}"') if "\\" in body else body
 
 
 def scrub_json(
@@ -52,44 +61,49 @@ def scrub_json(
         json.loads(raw)
     except (ValueError, RecursionError):  # too deep to parse: scrubbed as plain text
         return None
-    loads, dumps = json.loads, json.dumps
     pieces: list[str] = []
     last = 0
-    key: str | None = None  # the key whose value comes next
-    key_end = 0
     for m in _TOKEN_RE.finditer(raw):
-        token = m.group()
-        keyed = key if key is not None and not raw[key_end : m.start()].strip() else None
-        key = None
-        if token[0] == '"':
-            if m.start(1) >= 0:  # an object key
-                if scrub_keyed is not None:
-                    literal = token[: m.start(1) - m.start()]
-                    name = loads(literal) if "\\" in literal else literal[1:-1]
-                    if is_keyed is None or is_keyed(name):
-                        key, key_end = name, m.end()
-                continue
-            value = loads(token) if "\\" in token else token[1:-1]
-            new = scrub_keyed(keyed, value) if keyed is not None and scrub_keyed else None
-            if new is None:
-                new = scrub_string(value)
-            if new == value:
-                continue
-            replacement = dumps(new, ensure_ascii=token.isascii())
+        key, value, number, lone, lone_number = m.groups()
+        if key is not None:
+            if value is None and number is None:
+                continue  # a key whose value is an object, an array, true, false or null
+            if scrub_keyed is not None:
+                key = _decoded(key)
+                if is_keyed is not None and not is_keyed(key):
+                    key = None
+            else:
+                key = None
+            group = 2 if value is not None else 3
+        elif lone is not None:
+            value, group = lone, 4
         else:
+            number, group = lone_number, 5
+        if value is not None:
+            text = _decoded(value)
+            new = scrub_keyed(key, text) if key is not None and scrub_keyed else None
+            if new is None:
+                new = scrub_string(text)
+            if new == text:
+                continue
+            replacement = json.dumps(new, ensure_ascii=value.isascii())
+            begin, end = m.start(group) - 1, m.end(group) + 1
+        else:
+            assert number is not None
             new_number = None
-            if keyed is not None and scrub_keyed is not None and token.isdigit():
-                new_number = scrub_keyed(keyed, token)
+            if key is not None and scrub_keyed is not None and number.isdigit():
+                new_number = scrub_keyed(key, number)
             if new_number is None:
-                if len(token) < 7 or not token.isdigit():
+                if len(number) < 7 or not number.isdigit():
                     continue
-                new_number = scrub_integer(token)
+                new_number = scrub_integer(number)
             if new_number is None:
                 continue
-            replacement = dumps(new_number)
-        pieces.append(raw[last : m.start()])
+            replacement = json.dumps(new_number)
+            begin, end = m.span(group)
+        pieces.append(raw[last:begin])
         pieces.append(replacement)
-        last = m.end()
+        last = end
     if not pieces:
         return raw
     pieces.append(raw[last:])

@@ -162,6 +162,12 @@ class TextView:
         """True when ``[start, end)`` overlaps a date, UUID, version string or labelled id."""
         text, shape = self.text, self.shape
         if text.isascii():  # byte offsets are character offsets: cut at any cut character
+            if (
+                shape is not None
+                and shape.startswith(b"0000-00-00", start)
+                and (start == 0 or shape[start - 1] != 48)
+            ):
+                return True  # an ISO date starts here (a JSON date value): the first pattern
             if self._cuts is None:
                 self._cuts = text.encode("ascii").translate(_CUTS)
             lo = self._cuts.rfind(b"\n", 0, start) + 1
