@@ -22,6 +22,7 @@ from typing import Final
 
 import attrs
 
+from storage.pii.prefilter import may_hold_ipv4, may_hold_ipv6
 from storage.pii.protected import TextView
 
 __all__ = [
@@ -259,11 +260,11 @@ def find_ip_addresses(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    if "." in text:
+    if may_hold_ipv4(view):
         for m in _IPV4_RE.finditer(text):
             if not view.never_match(*m.span()):
                 yield m.span()
-    if ":" in text:
+    if may_hold_ipv6(view):
         for m in _IPV6_RE.finditer(text):
             candidate = m.group()
             if candidate.count(":") < 2 or not any(ch.isdigit() for ch in candidate):

@@ -19,7 +19,7 @@ from typing import Final
 
 from storage.pii.protected import TextView
 
-__all__ = ["ALL", "BITS", "possible"]
+__all__ = ["ALL", "BITS", "may_hold_ipv4", "may_hold_ipv6", "possible"]
 
 #: One bit per built-in entity.
 BITS: Final = {
@@ -51,17 +51,50 @@ _IBAN, _CARD, _SSN, _IP, _PHONE = (
 )
 _DOB, _STREET, _ZIP = (BITS[n] for n in ("DATE_OF_BIRTH", "STREET_ADDRESS", "ZIP_CODE"))
 
-# An API key is a run of at least 15 characters of [A-Za-z0-9_-] (the shortest, "xoxb-" or
-# "xapp-" and 10 more; "SG." keys have runs of 16) starting with one of these prefixes.
+# An API key (but a SendGrid "SG." one) is a run of 15 or more characters of [A-Za-z0-9_-]
+# (the shortest: "xoxb-" or "xapp-" and ten more), not preceded by one, that starts with one
+# of these prefixes (the literal openings of credentials._API_KEY_RE).
 _KEY_RUN: Final = bytes(
     119 if 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b in b"_-" else 32
     for b in range(256)
 )  # "w" for [A-Za-z0-9_-], a space for anything else
 _KEY_RUN_15: Final = b"w" * 15
-_KEY_PREFIX_RE: Final = re.compile(
-    r"sk[-_]|rk_|gh[pousr]_|github_pat_|glpat-|xox[abeoprs]-|xapp-|A(?:KIA|SIA|GPA|IDA|ROA"
-    r"|NPA|NVA|IPA|Iza)|hf_|npm_|pypi-|SG\.|shp(?:at|ss|ca|pa)_|dop_v1_|gsk_|r8_|pplx-|xai-"
-)
+_KEY_PREFIXES: Final = (
+    "sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
+    "xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-", "xapp-", "AKIA", "ASIA",
+    "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", "AIza", "hf_", "npm_", "pypi-", "shpat_",
+    "shpss_", "shpca_", "shppa_", "dop_v1_", "gsk_", "r8_", "pplx-", "xai-",
+)  # fmt: skip
+_KEY_PREFIX_RE: Final = re.compile("|".join(re.escape(p) for p in _KEY_PREFIXES))
+# The last three octets of a dotted quad; in IPv6 written in full, four groups between colons.
+_QUAD: Final = re.compile(rb"\.0{1,3}\.0{1,3}\.0")
+_IPV6_GROUPS: Final = re.compile(rb":[0a]{1,4}:[0a]{1,4}:[0a]{1,4}:[0a]{1,4}:")
+
+
+def may_hold_ipv4(view: TextView) -> bool:
+    """Whether ``view`` can hold a dotted-quad IPv4 address."""
+    return view.shape is None or _QUAD.search(view.shape) is not None
+
+
+def may_hold_ipv6(view: TextView) -> bool:
+    """Whether ``view`` can hold an IPv6 address: ``::`` or eight groups."""
+    shape = view.shape
+    return shape is None or b"::" in shape or _IPV6_GROUPS.search(shape) is not None
+
+
+def _may_hold_key(text: str, shape: bytes) -> bool:
+    """Whether an API key with a known prefix can start in ``text`` (see ``_KEY_PREFIXES``)."""
+    runs = shape.translate(_KEY_RUN)
+    at = runs.find(_KEY_RUN_15)
+    if at < 0:
+        return False
+    if "SG." in text or not text.isascii():  # offsets in ``runs`` are bytes, not characters
+        return _KEY_PREFIX_RE.search(text) is not None or "SG." in text
+    while at >= 0:  # at each run of 15 or more: its start
+        if text.startswith(_KEY_PREFIXES, at):
+            return True
+        at = runs.find(_KEY_RUN_15, runs.find(b" ", at))
+    return False
 
 
 def possible(view: TextView) -> int:
@@ -81,20 +114,14 @@ def possible(view: TextView) -> int:
             found |= _JWT
         if "PRIVATE KEY-----" in text:
             found |= _PRIVATE_KEY
-        if (
-            not found & _API_KEY
-            and _KEY_RUN_15 in shape.translate(_KEY_RUN)
-            and _KEY_PREFIX_RE.search(text) is not None
-        ):
+        if not found & _API_KEY and _may_hold_key(text, shape):
             found |= _API_KEY
     digits = view.digits
     if not digits:
         return found
     if b" 0" in shape or b"0 " in shape or b"0a " in shape:
         found |= _STREET  # a word, a space, the number ("Suite 5"), or the number, a space
-    if b"::" in shape or (digits >= 4 and b"0.0" in shape and shape.count(b".") >= 3):
-        found |= _IP  # IPv6 "::" or a dotted quad (an IPv6 address in full: below)
-    elif shape.count(b":") >= 6:
+    if (digits >= 4 and may_hold_ipv4(view)) or may_hold_ipv6(view):
         found |= _IP
     if digits < 2:
         return found
