@@ -19,7 +19,7 @@ from typing import Final
 
 from storage.pii.protected import TextView
 
-__all__ = ["ALL", "BITS", "may_hold_ipv4", "may_hold_ipv6", "possible"]
+__all__ = ["ALL", "BITS", "may_hold_ipv4", "may_hold_ipv6", "plain_word", "possible"]
 
 #: One bit per built-in entity.
 BITS: Final = {
@@ -97,6 +97,16 @@ def _may_hold_key(text: str, shape: bytes) -> bool:
     return False
 
 
+def plain_word(text: str) -> bool:
+    """Whether ``text`` is a short word no built-in detector can match, told without a view:
+    under 15 characters (the shortest API key or IBAN) and an identifier (letters, digits,
+    ``_``, not starting with a digit: every digit follows a word character, where no number
+    starts, and there is no separator, ``@``, ``.`` or space), or under 7 letters and digits
+    (fewer than the shortest phone number)."""
+    size = len(text)
+    return size < 15 and (text.isidentifier() or (size < 7 and text.isalnum()))
+
+
 def possible(view: TextView) -> int:
     """The bits (:data:`BITS`) of the built-in detectors that can find something in ``view``."""
     shape = view.shape
@@ -127,7 +137,8 @@ def possible(view: TextView) -> int:
         return found
     if size >= 15 and b"aa00" in shape:
         found |= _IBAN  # the country code, then the two check digits
-    if digits >= 7:
+    if digits >= 7 and shape != b"0000-00-00":
+        # (a bare ISO date, a JSON date value, is no phone number: the date protects it)
         found |= _PHONE
         if digits >= 9 and (b"000-00-0000" in shape or b"000 00 0000" in shape):
             found |= _SSN

@@ -53,7 +53,7 @@ from storage.pii.placeholders import (
     KeyedHasher,
     mask,
 )
-from storage.pii.prefilter import BITS, possible
+from storage.pii.prefilter import BITS, plain_word, possible
 from storage.pii.protected import TextView
 from storage.pii.spans import Detection, resolve
 
@@ -370,11 +370,14 @@ class PIIScrubber:
     def _find(self, text: str, known: KnownValues | None) -> list[Detection]:
         if not text:
             return []
-        view = TextView(text)
-        mask = possible(view)
-        plan = self._plans.get(mask)
-        if plan is None:
-            plan = self._plans[mask] = self._plan(mask)
+        if plain_word(text):  # "economy", "one_way": only custom detectors can match it
+            plan = self._plan(0)
+            if not plan and known is None and self._recognizer is None:
+                return []
+            view = TextView(text)
+        else:
+            view = TextView(text)
+            plan = self._plan(possible(view))
         found: list[tuple[int, int, int, str]] = []
         for name, rank, finder in plan:
             for start, end in finder(view):
@@ -395,11 +398,14 @@ class PIIScrubber:
     def _plan(self, mask: int) -> tuple[tuple[str, int, SpanFinder], ...]:
         """The finders to run when ``mask`` names the built-ins that can match; a custom
         detector (also one that replaces a built-in) always runs."""
-        return tuple(
-            item
-            for item in self._finders
-            if item[2] is not _BUILTIN.get(item[0]) or BITS[item[0]] & mask
-        )
+        plan = self._plans.get(mask)
+        if plan is None:
+            plan = self._plans[mask] = tuple(
+                item
+                for item in self._finders
+                if item[2] is not _BUILTIN.get(item[0]) or BITS[item[0]] & mask
+            )
+        return plan
 
     def _replace(
         self, text: str, found: list[Detection], hasher: KeyedHasher, key: ChatKey | None = None
