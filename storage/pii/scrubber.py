@@ -600,23 +600,31 @@ def _glued(text: str, found: list[Detection]) -> bool:
 
 
 class _Run:
-    """One message's worth of scrubbing: the conversation's hasher and known values."""
+    """One message's worth of scrubbing: the conversation's hasher and known values, and what
+    was found in each text seen so far (a tool result repeats its values: dates, codes)."""
 
-    __slots__ = ("_chat_key", "_hasher", "_known", "_owner")
+    __slots__ = ("_chat_key", "_found", "_hasher", "_known", "_owner")
 
     def __init__(
         self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None, key: ChatKey
     ):
         self._owner, self._hasher, self._known, self._chat_key = owner, hasher, known, key
+        self._found: dict[str, list[Detection]] = {}
+
+    def _find(self, text: str) -> list[Detection]:
+        found = self._found.get(text)
+        if found is None:
+            found = self._found[text] = self._owner._find(text, self._known)
+        return found
 
     def text(self, text: str) -> str:
         """Scrub plain text. A replacement changes what its neighbours touch ("a@b.co+44 20
         7946 0958": the phone number is glued to the address), so the result is scanned again
         until nothing new is found, at most ``_MAX_PASSES`` times: this keeps scrubbing
         idempotent for all but chains of more than that many glued-together values."""
-        owner, known = self._owner, self._known
+        owner = self._owner
         for _ in range(_MAX_PASSES):
-            found = owner._find(text, known)
+            found = self._find(text)
             if not found:
                 break
             # Masks keep digits ("***-****4111"), which can join what follows: always rescan.
@@ -635,7 +643,7 @@ class _Run:
 
     def integer(self, digits: str) -> str | None:
         """A placeholder for a whole integer that is PII (a card number), else ``None``."""
-        found = self._owner._find(digits, self._known)
+        found = self._find(digits)
         if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
             return self._owner._replace(digits, found, self._hasher, self._chat_key)
         return None
