@@ -66,6 +66,8 @@ _KEY_PREFIXES: Final = (
     "shpss_", "shpca_", "shppa_", "dop_v1_", "gsk_", "r8_", "pplx-", "xai-",
 )  # fmt: skip
 _KEY_PREFIX_RE: Final = re.compile("|".join(re.escape(p) for p in _KEY_PREFIXES))
+# An IBAN's country code, check digits and first two groups of four.
+_IBAN_START: Final = re.compile(rb"aa00 ?[a0]{4} ?[a0]{4}")
 # The last three octets of a dotted quad; in IPv6 written in full, four groups between colons.
 _QUAD: Final = re.compile(rb"\.0{1,3}\.0{1,3}\.0")
 _IPV6_GROUPS: Final = re.compile(rb":[0a]{1,4}:[0a]{1,4}:[0a]{1,4}:[0a]{1,4}:")
@@ -135,8 +137,8 @@ def possible(view: TextView) -> int:
         found |= _IP
     if digits < 2:
         return found
-    if size >= 15 and b"aa00" in shape:
-        found |= _IBAN  # the country code, then the two check digits
+    if size >= 15 and _IBAN_START.search(shape) is not None:
+        found |= _IBAN
     if digits >= 7 and shape != b"0000-00-00":
         # (a bare ISO date, a JSON date value, is no phone number: the date protects it)
         found |= _PHONE
@@ -146,8 +148,15 @@ def possible(view: TextView) -> int:
             b"000000000000" in shape or b"0000 0000" in shape or b"0000-0000" in shape
         ):
             found |= _CARD  # 12-19 digits bare, or 4-digit groups (then 4 or 6), " " or "-"
-    if digits >= 5 and (
-        b"a 00000" in shape or b"a, 00000" in shape or b"a  00000" in shape or b"a,  00000" in shape
+    if (
+        digits >= 5
+        and b"00000" in shape
+        and (
+            b"a 00000" in shape
+            or b"a, 00000" in shape
+            or b"a  00000" in shape
+            or b"a,  00000" in shape
+        )
     ):
         found |= _ZIP  # a state, then a 5-digit ZIP code
     # Words (as the detectors spell them; lower case here covers every spelling).
