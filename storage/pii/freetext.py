@@ -171,32 +171,39 @@ _PLACE_FOLLOWS_RE: Final = re.compile(
 )
 
 
+def _word_before(text: str, pos: int) -> tuple[int, str] | None:
+    """The word before ``pos`` on its line as (start, word), or ``None``: none there, a run
+    longer than any street word, or one without a letter. A leading quote mark (``>Apt. 805``)
+    is not part of the word. Constant work (a word is 24 characters at most)."""
+    end = pos
+    while end > 0 and end > pos - 3 and text[end - 1] in " #":
+        end -= 1
+    if end == pos or end == 0:
+        return None
+    begin = end - 1
+    floor = max(0, end - 25)
+    while begin > floor and not text[begin - 1].isspace():
+        begin -= 1
+    if begin > 0 and not text[begin - 1].isspace():
+        return None  # a longer run than any street word
+    while begin < end - 1 and text[begin] in ">*-•(\"'[":
+        begin += 1
+    word = text[begin:end]
+    if not any(ch.isalpha() for ch in word):
+        return None
+    return begin, word
+
+
 def _words_before(text: str, start: int, count: int) -> list[tuple[int, str]]:
-    """Up to ``count`` words before ``start`` on its line, nearest first, as (start, word);
-    stops at a word without a letter. A leading quote mark (``>Apt. 805``) is not part of
-    the word. Constant work per call (each word is 24 chars at most).
-    """
+    """Up to ``count`` words before ``start`` (see :func:`_word_before`), nearest first."""
     out: list[tuple[int, str]] = []
     pos = start
     for _ in range(count):
-        end = pos
-        while end > 0 and end > pos - 3 and text[end - 1] in " #":
-            end -= 1
-        if end == pos or end == 0:
+        word = _word_before(text, pos)
+        if word is None:
             break
-        begin = end - 1
-        floor = max(0, end - 25)
-        while begin > floor and not text[begin - 1].isspace():
-            begin -= 1
-        if begin > 0 and not text[begin - 1].isspace():
-            break  # a longer run than any street word
-        while begin < end - 1 and text[begin] in ">*-•(\"'[":
-            begin += 1
-        word = text[begin:end]
-        if not any(ch.isalpha() for ch in word):
-            break
-        out.append((begin, word))
-        pos = begin
+        out.append(word)
+        pos = word[0]
     return out
 
 
@@ -241,29 +248,35 @@ def _number_first_street(text: str, start: int, street: re.Match[str]) -> bool:
 def _address_before(text: str, start: int, end: int) -> int:
     """Where an address that ends with the number ``start:end`` begins: at a unit, a compound
     street name or a street-type word before it; ``start`` when there is none."""
-    before = _words_before(text, start, 4)
-    if not before:
+    nearest = _word_before(text, start)
+    if nearest is None:
         return start
-    first, word = before[0]
+    first, word = nearest
     bare = word.rstrip(".,").lower()
-    if bare == "box" and len(before) > 1 and before[1][1].lower().rstrip(".") in _PO_BOX:
-        return before[1][0]  # "P.O. Box 242"
+    second = _word_before(text, first) if bare == "box" or bare in _PLAIN_UNIT_WORDS else None
+    if bare == "box" and second is not None and second[1].lower().rstrip(".") in _PO_BOX:
+        return second[0]  # "P.O. Box 242"
     if bare in _UNIT_WORDS:
         if bare in _PLAIN_UNIT_WORDS and (
             _PLACE_FOLLOWS_RE.match(text, end) is None
-            or (len(before) > 1 and before[1][1].lower() in _ARTICLES)
+            or (second is not None and second[1].lower() in _ARTICLES)
         ):
             return start
         return first
     if _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
         return first
-    # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then capitalised
-    # names or particles (so "via Miami on May 17" is no address).
-    for n, (at, candidate) in enumerate(before):
+    # "Via Franscini 71", "Rua do Arenque 1634": up to four words back, a capitalised street
+    # word after capitalised names or particles only (so "via Miami on May 17" is none).
+    at, candidate = nearest
+    for n in range(4):
         if candidate[0].isupper() and candidate.rstrip(".").lower() in _STREET_WORDS:
-            if all(w[0].isupper() or w in _PARTICLES for _, w in before[:n]):
-                return at
-            break
+            return at
+        if n == 3 or not (candidate[0].isupper() or candidate in _PARTICLES):
+            return start
+        farther = _word_before(text, at)
+        if farther is None:
+            return start
+        at, candidate = farther
     return start
 
 
