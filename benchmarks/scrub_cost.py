@@ -7,8 +7,9 @@ Three stores, the same ones and the same way ``python -m benchmarks`` measures i
 the floor (stdlib ``sqlite3``: ``json.dumps`` of each OpenAI dict, one ``executemany`` in
 ``BEGIN``/``COMMIT``), ``chatlayers sqlite`` and ``scrub::sqlite``
 (``TransformingChatStorage(SQLite, PIIScrubber)``), each appending batches of 100 fresh messages
-to a conversation of ``--size`` messages; plus the scrubber alone (the transform called on
-each message of the batch, no store). Two kinds of messages, measured one after the other:
+(in each round the same ones for all) to a conversation of ``--size`` messages; plus the
+scrubber alone (the transform called on each message of the batch, no store). Two kinds of
+messages, measured one after the other:
 
 - ``shipped``: the real conversations of ``examples/data`` (tau-bench airline tool calls and
   JSON results, SWE-agent code and shell output, Open-Assistant prose), cycled;
@@ -58,7 +59,8 @@ Run = dict[tuple[str, str], float]
 
 
 class _Fresh:
-    """Fresh wire messages for each round, from a moving offset (like the suite's Source)."""
+    """Fresh wire messages for each round, from a moving offset (like the suite's Source).
+    Each contender has its own, so in every round all of them append the same messages."""
 
     def __init__(self, make: Callable[[int, int], list[Wire]]) -> None:
         self.make, self.offset = make, itertools.count(1000)
@@ -100,13 +102,12 @@ async def measure(workdir: Path, size: int, rounds: int, max_batches: int, runs:
         for dataset, make in DATASETS.items():
             for s in subjects:
                 await s.load(f"{dataset}{size}", make(size, 0))
-            source = _Fresh(make)
             for run in results:
                 contenders = []
                 for s in subjects:
-                    op, prepare = s.append_op(f"{dataset}{size}", BATCH, source)
+                    op, prepare = s.append_op(f"{dataset}{size}", BATCH, _Fresh(make))
                     contenders.append(Contender(s.name, op, s.is_async, prepare))
-                op, prepare = _scrubber_alone(scrubbed.stack.transform, source)
+                op, prepare = _scrubber_alone(scrubbed.stack.transform, _Fresh(make))
                 contenders.append(Contender(ALONE, op, False, prepare))
                 await interleaved(
                     contenders, rounds=rounds, round_budget_s=0.05, max_calls=max_batches
