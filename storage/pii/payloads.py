@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 __all__ = ["scrub_json"]
@@ -26,17 +26,12 @@ _NUMBER: Final = r"(-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?)"
 _TOKEN_RE: Final = re.compile(rf"{_STRING}\s*+:\s*+(?:{_STRING}|{_NUMBER})?|{_STRING}|{_NUMBER}")
 
 
-def _decoded(body: str) -> str:
-    """A string literal's value from its text between the quotes."""
-    return json.loads(f'"{body}"') if "\\" in body else body
-
-
 def scrub_json(
     raw: str,
     scrub_string: Callable[[str], str],
     scrub_integer: Callable[[str], str | None],
     scrub_keyed: Callable[[str, str], str | None] | None = None,
-    is_keyed: Callable[[str], bool] | None = None,
+    key_entities: Mapping[str, str | None] | None = None,
 ) -> str | None:
     """Scrub the JSON document ``raw``; ``None`` when ``raw`` is not a JSON object or array.
 
@@ -45,11 +40,12 @@ def scrub_json(
         scrub_string: maps a decoded string value to its scrubbed text.
         scrub_integer: maps the digits of a non-negative integer of 7+ digits to replacement
             text when the whole number is PII, else ``None``.
-        scrub_keyed: maps (object key, value text) of a string or non-negative integer value
-            that directly follows its key to replacement text when the key names an entity
-            (``"zip": "78750"``), else ``None``; tried before the other two.
-        is_keyed: whether ``scrub_keyed`` can replace a value under this (decoded) object key;
-            default: any key.
+        scrub_keyed: maps (entity, value text) of a string or non-negative integer value that
+            directly follows an object key naming that entity (``"zip": "78750"``) to
+            replacement text, else ``None``; tried before the other two.
+        key_entities: the entity each object key names (``None``: none), by the key's text
+            between its quotes as written (:class:`~storage.pii.keyed.KeyEntities`); needed
+            by ``scrub_keyed``.
 
     Returns:
         ``raw`` itself when nothing changed, else the edited document.
@@ -61,6 +57,9 @@ def scrub_json(
         json.loads(raw)
     except (ValueError, RecursionError):  # too deep to parse: scrubbed as plain text
         return None
+    if scrub_keyed is None:
+        key_entities = None
+    loads = json.loads
     pieces: list[str] = []
     last = 0
     for m in _TOKEN_RE.finditer(raw):
@@ -68,20 +67,17 @@ def scrub_json(
         if key is not None:
             if value is None and number is None:
                 continue  # a key whose value is an object, an array, true, false or null
-            if scrub_keyed is not None:
-                key = _decoded(key)
-                if is_keyed is not None and not is_keyed(key):
-                    key = None
-            else:
-                key = None
+            entity = key_entities[key] if key_entities is not None else None
             group = 2 if value is not None else 3
-        elif lone is not None:
-            value, group = lone, 4
         else:
-            number, group = lone_number, 5
+            entity = None
+            if lone is not None:
+                value, group = lone, 4
+            else:
+                number, group = lone_number, 5
         if value is not None:
-            text = _decoded(value)
-            new = scrub_keyed(key, text) if key is not None and scrub_keyed else None
+            text = loads(f'"{value}"') if "\\" in value else value
+            new = scrub_keyed(entity, text) if entity is not None and scrub_keyed else None
             if new is None:
                 new = scrub_string(text)
             if new == text:
@@ -91,8 +87,8 @@ def scrub_json(
         else:
             assert number is not None
             new_number = None
-            if key is not None and scrub_keyed is not None and number.isdigit():
-                new_number = scrub_keyed(key, number)
+            if entity is not None and scrub_keyed is not None and number.isdigit():
+                new_number = scrub_keyed(entity, number)
             if new_number is None:
                 if len(number) < 7 or not number.isdigit():
                     continue

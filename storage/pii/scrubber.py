@@ -41,7 +41,7 @@ from storage.pii.detectors import (
     find_us_ssns,
 )
 from storage.pii.freetext import find_dates_of_birth, find_street_addresses, find_zip_codes
-from storage.pii.keyed import compile_json_keys, keyed_entity, normalize_key
+from storage.pii.keyed import KeyEntities, compile_json_keys, is_one_value, keyed_entity
 from storage.pii.known_values import FrozenValues, KnownValues, freeze_known_values
 from storage.pii.ner import EntityRecognizer
 from storage.pii.payloads import scrub_json
@@ -263,11 +263,8 @@ class PIIScrubber:
             raise ConfigError("recognizer must be callable: text -> [(start, end, entity)]")
         self._recognizer = recognizer
         self._json_keys = compile_json_keys(json_keys)
-        keys = self._json_keys
-        # Which object keys name an entity, so only their values are tried as keyed fields.
-        self._is_keyed: Callable[[str], bool] | None = (
-            (lambda name: normalize_key(name) in keys) if keys else None
-        )
+        # The entity each JSON object key names, found once per key name.
+        self._key_entities = KeyEntities(self._json_keys) if self._json_keys else None
         self.counts: Counter[str] = Counter()
         # Called with (entity, original value) for every replacement: benchmarks score with it.
         self._observer: Callable[[str, str], None] | None = None
@@ -636,9 +633,9 @@ class _Run:
 
     def payload(self, text: str) -> str:
         """A JSON document value by value, or plain text when it is not JSON."""
-        is_keyed = self._owner._is_keyed
-        keyed = self.keyed if is_keyed is not None else None
-        scrubbed = scrub_json(text, self.text, self.integer, keyed, is_keyed)
+        entities = self._owner._key_entities
+        keyed = self.keyed_value if entities is not None else None
+        scrubbed = scrub_json(text, self.text, self.integer, keyed, entities)
         return self.text(text) if scrubbed is None else scrubbed
 
     def integer(self, digits: str) -> str | None:
@@ -650,9 +647,13 @@ class _Run:
 
     def keyed(self, key: str, value: str) -> str | None:
         """A placeholder for ``value`` under a JSON ``key`` that names an entity, else None."""
+        entity = keyed_entity(self._owner._json_keys, key, value)
+        return None if entity is None else self.keyed_value(entity, value)
+
+    def keyed_value(self, entity: str, value: str) -> str | None:
+        """A placeholder for ``value`` under a JSON key that names ``entity``, else None."""
         owner = self._owner
-        entity = keyed_entity(owner._json_keys, key, value)
-        if entity is None or PLACEHOLDER_RE.fullmatch(value) is not None:
+        if not is_one_value(value) or PLACEHOLDER_RE.fullmatch(value) is not None:
             return None
         owner.counts[entity] += 1
         if owner._observer is not None:
