@@ -85,17 +85,19 @@ def may_hold_ipv6(view: TextView) -> bool:
 
 
 def _may_hold_key(text: str, shape: bytes) -> bool:
-    """Whether an API key with a known prefix can start in ``text`` (see ``_KEY_PREFIXES``)."""
+    """Whether an API key with a known prefix can start in ``text`` (see ``_KEY_PREFIXES``),
+    given that ``shape`` has a run of 15."""
+    if "SG." in text or not text.isascii():  # offsets in ``runs`` are bytes, not characters
+        return "SG." in text or _KEY_PREFIX_RE.search(text) is not None
     runs = shape.translate(_KEY_RUN)
     at = runs.find(_KEY_RUN_15)
-    if at < 0:
-        return False
-    if "SG." in text or not text.isascii():  # offsets in ``runs`` are bytes, not characters
-        return _KEY_PREFIX_RE.search(text) is not None or "SG." in text
     while at >= 0:  # at each run of 15 or more: its start
         if text.startswith(_KEY_PREFIXES, at):
             return True
-        at = runs.find(_KEY_RUN_15, runs.find(b" ", at))
+        after = runs.find(b" ", at)
+        if after < 0:
+            return False
+        at = runs.find(_KEY_RUN_15, after)
     return False
 
 
@@ -109,38 +111,87 @@ def plain_word(text: str) -> bool:
     return size < 15 and (text.isidentifier() or (size < 7 and text.isalnum()))
 
 
+# Where a phone number can start: "+", "(" or a digit not after a word character or one of
+# "+-.$#/@" (phone._CANDIDATE_RE), then six more of its characters. Checked on short shapes
+# only, which are judged once each ("credit_card_7815826" holds none).
+_PHONE_START: Final = re.compile(rb"(?<![\w+\-.$#/@])[0(][0 .\-()]{6}|\+[0 .\-()]{6}")
+# What the shape leaves to the text itself, on top of BITS.
+_KEY_TEXT, _JWT_TEXT, _PEM_TEXT, _ZIP_WORD, _DOB_WORD = (1 << n for n in range(13, 18))
+_TEXT: Final = _KEY_TEXT | _JWT_TEXT | _PEM_TEXT | _ZIP_WORD | _DOB_WORD
+_BY_SHAPE: dict[bytes, int] = {}  # short shapes repeat (JSON values): each is judged once
+_CACHED_SHAPE: Final = 64
+_MAX_SHAPES: Final = 4096
+
+
 def possible(view: TextView) -> int:
     """The bits (:data:`BITS`) of the built-in detectors that can find something in ``view``."""
     shape = view.shape
     if shape is None:
         return ALL
+    found = _BY_SHAPE.get(shape)
+    if found is None:
+        found = _by_shape(shape, view.digits)
+        if len(shape) <= _CACHED_SHAPE:
+            if len(_BY_SHAPE) >= _MAX_SHAPES:
+                _BY_SHAPE.clear()
+            _BY_SHAPE[shape] = found
+    if not found & _TEXT:
+        return found
+    text = view.text
+    if found & _KEY_TEXT and _may_hold_key(text, shape):
+        found |= _API_KEY
+    if found & _JWT_TEXT and "eyJ" in text:
+        found |= _JWT
+    if found & _PEM_TEXT and "PRIVATE KEY-----" in text:
+        found |= _PRIVATE_KEY
+    if found & (_ZIP_WORD | _DOB_WORD):
+        # Words as the detectors spell them; lower case here covers every spelling.
+        lower = text.lower()
+        if found & _ZIP_WORD and (
+            "zip" in lower or "ostal" in lower or "ostcode" in lower or "ost code" in lower
+        ):
+            found |= _ZIP  # a postal code after "zip", "postal code", "postcode"
+        if found & _DOB_WORD and (
+            "irth" in lower or "born" in lower or "dob" in lower or "o.b" in lower
+        ):
+            found |= _DOB  # a date near a birth word
+    return found & ALL
+
+
+def _by_shape(shape: bytes, digits: int) -> int:
+    """What ``shape`` (of a text with ``digits`` digits) allows: BITS, and the _TEXT bits of
+    what only the text's letters can tell."""
     found = _EMAIL if b"@" in shape else 0
     if b"=" in shape and (b"?" in shape or b"&" in shape):
         found |= _PASSWORD | _API_KEY  # "?token=...", "&password=..." parameters
     elif b"://" in shape:
         found |= _PASSWORD  # "scheme://user:password@host"
     size = len(shape)
-    if size >= 15:  # the shortest key, token or PEM block
-        text = view.text
-        if "eyJ" in text:
-            found |= _JWT
-        if "PRIVATE KEY-----" in text:
-            found |= _PRIVATE_KEY
-        if not found & _API_KEY and _may_hold_key(text, shape):
-            found |= _API_KEY
-    digits = view.digits
+    if size >= 15:  # the shortest key (then JWT and PEM block)
+        if not found & _API_KEY and _KEY_RUN_15 in shape.translate(_KEY_RUN):
+            found |= _KEY_TEXT
+        if size >= 24 and shape.count(b".") >= 2:
+            found |= _JWT_TEXT  # eyJ....eyJ....
+        if b"-----" in shape:
+            found |= _PEM_TEXT
     if not digits:
         return found
-    if b" 0" in shape or b"0 " in shape or b"0a " in shape:
+    space_digit = b" 0" in shape
+    if space_digit or b"0 " in shape or b"0a " in shape:
         found |= _STREET  # a word, a space, the number ("Suite 5"), or the number, a space
-    if (digits >= 4 and may_hold_ipv4(view)) or may_hold_ipv6(view):
+    if (digits >= 4 and _QUAD.search(shape) is not None) or (
+        b"::" in shape or _IPV6_GROUPS.search(shape) is not None
+    ):
         found |= _IP
     if digits < 2:
         return found
     if size >= 15 and _IBAN_START.search(shape) is not None:
         found |= _IBAN
-    if digits >= 7 and shape != b"0000-00-00":
-        # (a bare ISO date, a JSON date value, is no phone number: the date protects it)
+    if (
+        digits >= 7
+        and shape != b"0000-00-00"  # a bare ISO date (a JSON value) is protected: no phone
+        and (size > _CACHED_SHAPE or _PHONE_START.search(shape) is not None)
+    ):
         found |= _PHONE
         if digits >= 9 and (b"000-00-0000" in shape or b"000 00 0000" in shape):
             found |= _SSN
@@ -159,10 +210,10 @@ def possible(view: TextView) -> int:
         )
     ):
         found |= _ZIP  # a state, then a 5-digit ZIP code
-    # Words (as the detectors spell them; lower case here covers every spelling).
-    lower = view.text.lower()
-    if "zip" in lower or "ostal" in lower or "ostcode" in lower or "ost code" in lower:
-        found |= _ZIP  # a postal code after "zip", "postal code", "postcode"
-    if digits >= 4 and ("irth" in lower or "born" in lower or "dob" in lower or "o.b" in lower):
-        found |= _DOB  # a date ("4.5.90" has four digits) near a birth word
+    # A postal code's keyword ends in a letter and is followed by " ", ":", "=", "-" or "#".
+    if b"a " in shape or b"a:" in shape or b"a=" in shape or b"a-" in shape or b"a#" in shape:
+        found |= _ZIP_WORD
+    # A date of birth has four digits ("4.5.90") and a separator or a space before a digit.
+    if digits >= 4 and (space_digit or b"0-0" in shape or b"0/0" in shape or b"0.0" in shape):
+        found |= _DOB_WORD
     return found
