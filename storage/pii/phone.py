@@ -73,9 +73,10 @@ def _possible_international(number: str) -> bool:
     return phonenumbers.is_possible_number(parsed)
 
 
-def _national_ok(groups: list[str], seps: str, text: str, start: int, end: int) -> bool:
+def _national_ok(
+    groups: list[str], digits: str, seps: str, text: str, start: int, end: int
+) -> bool:
     """The format rules for a number without a country code (see the module docstring)."""
-    digits = "".join(g.strip("()") for g in groups)
     n = len(digits)
     if len(groups) == 1 and groups[0][0] != "(":
         return (
@@ -121,8 +122,11 @@ def _valid(text: str, start: int, end: int, groups: list[str], digits: str) -> b
         return _possible_international(body[: ext.start()] if ext else body)
     if len(groups) > 1 and groups[0].startswith("00") and len(groups[0]) <= 5:
         return _possible_international("+" + digits[2:])
-    seps = "".join(sorted({ch for ch in text[start:end] if ch in " .-"}))
-    return _national_ok(groups, seps, text, start, end)
+    body = text[start:end]  # its separators, in sorted order
+    seps = (
+        (" " if " " in body else "") + ("-" if "-" in body else "") + ("." if "." in body else "")
+    )
+    return _national_ok(groups, digits, seps, text, start, end)
 
 
 def _longest(
@@ -132,7 +136,8 @@ def _longest(
     whole, then without the extension, then without each trailing group. Returns its end (or
     ``None``) and whether a valid cut was refused for overlapping a date or labelled id."""
     text = view.text
-    groups = [g.group().strip("()") for g in found]
+    written = [g.group() for g in found]
+    groups = [g.strip("()") for g in written]
     sizes = [0]  # digits in the first n groups
     for g in groups:
         sizes.append(sizes[-1] + len(g))
@@ -145,8 +150,7 @@ def _longest(
             break
         if cut < end and text[cut] in ".-":
             continue  # the run goes on ("4111-1111-1111-1234"): no part of it is a phone
-        kept = [g.group() for g in found[:n]]
-        if sizes[n] <= 15 and _valid(text, start, cut, kept, digits[: sizes[n]]):
+        if sizes[n] <= 15 and _valid(text, start, cut, written[:n], digits[: sizes[n]]):
             if not view.never_match(start, cut):
                 return cut, blocked
             blocked = True

@@ -72,6 +72,7 @@ _ASCII: Final = bytes(range(128))
 # whole text (a log line's IP address is checked against its line, not against the file).
 _CUT_CHARS: Final = "\n\r\t\x0b\x0c\"'()[]{};|@&*?\\$%`"
 _CUTS: Final = bytes(10 if chr(b) in _CUT_CHARS else 32 for b in range(256))  # "\n" at cuts
+_PRE_RELEASE: Final = ("alpha", "beta", "rc", "dev", "pre", "post", "snapshot")
 _LABEL_WORDS: Final = (
     "sku", "item", "order", "part", "model", "serial", "invoice", "ticket", "tracking",
     "confirmation", "booking", "reservation", "ref",
@@ -88,14 +89,25 @@ def _patterns(text: str, shape: bytes | None) -> Iterator[re.Pattern[str]]:
         yield _DATES_RE  # every date form has a separator or a "T" between two digits
     if shape.count(b"-") >= 4:
         yield _UUID_RE
-    # Versions and requirement specifiers have "digits.digits"; labelled ids a label word
-    # (matched ignoring case, so a text outside ASCII, with its case folds, always runs it).
-    if dotted or not text.isascii():
+    # Versions ("v1.2", "version 1.2", "release 2.0"), requirement specifiers ("==1.2", "~1.2")
+    # and pre-releases ("1.2.3-rc1") have "digits.digits"; labelled ids a label word. Words
+    # match ignoring case, so a text outside ASCII (with its case folds) always runs it.
+    if not text.isascii():
         yield _LABELLED_RE
-    else:
-        lower = text.lower()
-        if any(word in lower for word in _LABEL_WORDS):
-            yield _LABELLED_RE
+        return
+    lower = text.lower()
+    if (
+        dotted
+        and (
+            "v" in lower
+            or "release" in lower
+            or "=" in text
+            or "^" in text
+            or "~" in text
+            or ("-" in text and any(f"-{word}" in lower for word in _PRE_RELEASE))
+        )
+    ) or any(word in lower for word in _LABEL_WORDS):
+        yield _LABELLED_RE
 
 
 def _mixed(part: str) -> bool:
