@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from storage.pii.prefilter import plain_word
+
 __all__ = ["scrub_json"]
 
 _STRING: Final = r'"((?:[^"\\]++|\\.)*+)"'
@@ -32,6 +34,8 @@ def scrub_json(
     scrub_integer: Callable[[str], str | None],
     scrub_keyed: Callable[[str, str], str | None] | None = None,
     key_entities: Mapping[str, str | None] | None = None,
+    *,
+    words_unchanged: bool = False,
 ) -> str | None:
     """Scrub the JSON document ``raw``; ``None`` when ``raw`` is not a JSON object or array.
 
@@ -46,6 +50,9 @@ def scrub_json(
         key_entities: the entity each object key names (``None``: none), by the key's text
             between its quotes as written (:class:`~storage.pii.keyed.KeyEntities`); needed
             by ``scrub_keyed``.
+        words_unchanged: ``scrub_string`` leaves a short word
+            (:func:`~storage.pii.prefilter.plain_word`: ``"economy"``, ``"ATL"``) as it is,
+            so it is not called for one.
 
     Returns:
         ``raw`` itself when nothing changed, else the edited document.
@@ -79,6 +86,8 @@ def scrub_json(
             text = loads(f'"{value}"') if "\\" in value else value
             new = scrub_keyed(entity, text) if entity is not None and scrub_keyed else None
             if new is None:
+                if words_unchanged and plain_word(text):
+                    continue
                 new = scrub_string(text)
             if new == text:
                 continue

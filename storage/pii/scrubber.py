@@ -257,6 +257,9 @@ class PIIScrubber:
         )
         # The finders to run on a text, by what prefilter.possible says can match there.
         self._plans: dict[int, tuple[tuple[str, int, SpanFinder], ...]] = {}
+        self._rules_only = recognizer is None and all(
+            finder is _BUILTIN.get(name) for name, _, finder in self._finders
+        )
         self._known: FrozenValues = freeze_known_values(known_values)
         self._known_for = known_values_for
         if recognizer is not None and not callable(recognizer):
@@ -600,13 +603,15 @@ class _Run:
     """One message's worth of scrubbing: the conversation's hasher and known values, and what
     was found in each text seen so far (a tool result repeats its values: dates, codes)."""
 
-    __slots__ = ("_chat_key", "_found", "_hasher", "_known", "_owner")
+    __slots__ = ("_chat_key", "_found", "_hasher", "_known", "_owner", "_rules_only")
 
     def __init__(
         self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None, key: ChatKey
     ):
         self._owner, self._hasher, self._known, self._chat_key = owner, hasher, known, key
         self._found: dict[str, list[Detection]] = {}
+        # Only built-in rules run: a short word (prefilter.plain_word) is left as it is.
+        self._rules_only = known is None and owner._rules_only
 
     def _find(self, text: str) -> list[Detection]:
         found = self._found.get(text)
@@ -635,7 +640,9 @@ class _Run:
         """A JSON document value by value, or plain text when it is not JSON."""
         entities = self._owner._key_entities
         keyed = self.keyed_value if entities is not None else None
-        scrubbed = scrub_json(text, self.text, self.integer, keyed, entities)
+        scrubbed = scrub_json(
+            text, self.text, self.integer, keyed, entities, words_unchanged=self._rules_only
+        )
         return self.text(text) if scrubbed is None else scrubbed
 
     def integer(self, digits: str) -> str | None:
