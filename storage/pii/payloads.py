@@ -20,12 +20,16 @@ from storage.pii.prefilter import plain_word
 
 __all__ = ["scrub_json"]
 
-_STRING: Final = r'"((?:[^"\\]++|\\.)*+)"'
-_NUMBER: Final = r"(-?\d++(?:\.\d++)?(?:[eE][+-]?\d++)?)"
-# An object key with the string or number value right after it (groups 1-3; a value that
-# is an object, an array, true, false or null is left to the next match), or a string or a
-# number elsewhere (groups 4, 5).
-_TOKEN_RE: Final = re.compile(rf"{_STRING}\s*+:\s*+(?:{_STRING}|{_NUMBER})?|{_STRING}|{_NUMBER}")
+_BODY: Final = r'((?:[^"\\]++|\\.)*+)"'  # a string literal after its opening quote
+_NUMBER_REST: Final = r"(?:\.\d++)?(?:[eE][+-]?\d++)?"
+# A string (group 1: its text) with, when it is an object key, the colon (group 2) and a
+# string or number value right after it (groups 3, 4; an object, array, true, false or null
+# is left to the next match); or a number elsewhere (the whole match). Every match starts
+# with one of '"', '-' or a digit, which lets the engine skip fast to the next token.
+_TOKEN_RE: Final = re.compile(
+    rf'["\-\d](?:(?<="){_BODY}(\s*+:\s*+(?:"{_BODY}|(-?\d++{_NUMBER_REST}))?)?'
+    rf"|(?<=-)\d++{_NUMBER_REST}|(?<=\d)\d*+{_NUMBER_REST})"
+)
 
 
 def scrub_json(
@@ -70,18 +74,18 @@ def scrub_json(
     pieces: list[str] = []
     last = 0
     for m in _TOKEN_RE.finditer(raw):
-        key, value, number, lone, lone_number = m.groups()
-        if key is not None:
+        body, colon, value, number = m.groups()
+        entity = None
+        if body is None:  # a number in an array
+            number, group = m.group(), 0
+        elif colon is not None:  # an object key
             if value is None and number is None:
-                continue  # a key whose value is an object, an array, true, false or null
-            entity = key_entities[key] if key_entities is not None else None
-            group = 2 if value is not None else 3
-        else:
-            entity = None
-            if lone is not None:
-                value, group = lone, 4
-            else:
-                number, group = lone_number, 5
+                continue  # its value is an object, an array, true, false or null
+            if key_entities is not None:
+                entity = key_entities[body]
+            group = 3 if value is not None else 4
+        else:  # a string in an array
+            value, group = body, 1
         if value is not None:
             text = loads(f'"{value}"') if "\\" in value else value
             new = scrub_keyed(entity, text) if entity is not None and scrub_keyed else None
