@@ -93,7 +93,8 @@ class _Fresh:
 
 
 def _scrubber_alone(scrub: Any, source: _Fresh) -> tuple[Callable[[], Any], Any]:
-    """The layer's transform over one batch, with the messages built before the round."""
+    """The layer's transform over one batch (as the layer calls it), with the messages
+    built before the round."""
     batches: list[list[ChatMessage]] = []
     key = chat_key("alone")
 
@@ -104,9 +105,15 @@ def _scrubber_alone(scrub: Any, source: _Fresh) -> tuple[Callable[[], Any], Any]
             for i in range(0, len(wires), BATCH)
         ]
 
+    many = getattr(scrub, "transform_batch", None)
+
     def op() -> None:
-        for message in batches.pop():
-            scrub(message, key)
+        batch = batches.pop()
+        if many is not None:
+            many(batch, key)
+        else:
+            for message in batch:
+                scrub(message, key)
 
     return op, prepare
 

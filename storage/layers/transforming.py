@@ -45,7 +45,9 @@ class TransformingChatStorage(
     The transform may be sync or async. Returning ``None`` drops the message (it is absent
     from the result of ``save``). An exception raised by the transform propagates unchanged
     and nothing of the batch is stored: every message is transformed before the inner store
-    is called. Fetches pass through.
+    is called. Fetches pass through. A transform with a ``transform_batch(messages, key)``
+    method (sync or async, returning one result per message, in order, as calling it on
+    each would) gets each batch in one call (``PIIScrubber`` has one).
 
     Every path that writes a message transforms it: ``save``, ``save_messages``, ``replace``,
     ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``). The
@@ -58,10 +60,10 @@ class TransformingChatStorage(
         transform: ``(message, key) -> ChatMessage | None`` (or an awaitable of it). It must
             keep the message ``id`` so a retried save stays idempotent.
         thread_chars: a message holding more characters than this (content, text parts,
-            tool-call arguments) is transformed in a worker thread, so scrubbing a huge tool
-            result does not stall the event loop; default 65,536 (a thread hop costs ~100 µs,
-            far less than scrubbing that much text). The transform must then be thread-safe
-            (``PIIScrubber`` is).
+            tool-call arguments; with ``transform_batch``: a batch) is transformed in a worker
+            thread, so scrubbing a huge tool result does not stall the event loop; default
+            65,536 (a thread hop costs ~100 µs, far less than scrubbing that much text). The
+            transform must then be thread-safe (``PIIScrubber`` is).
 
     Raises:
         InvalidMessageError: a message is invalid (checked before the transform sees it); a
@@ -85,12 +87,26 @@ class TransformingChatStorage(
         return result
 
     async def _apply(self, key: ChatKey, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-        out: list[ChatMessage] = []
-        for message in prepare_batch(messages):
-            result = await self._one(key, message)
-            if result is not None:
-                out.append(result)
-        return out
+        batch = prepare_batch(messages)
+        many = getattr(self.transform, "transform_batch", None)
+        if many is None:
+            out: list[ChatMessage] = []
+            for message in batch:
+                result = await self._one(key, message)
+                if result is not None:
+                    out.append(result)
+            return out
+        if sum(map(_size, batch)) > self.thread_chars:
+            results = await anyio.to_thread.run_sync(many, batch, key)
+        else:
+            results = many(batch, key)
+        if inspect.isawaitable(results):
+            results = await results
+        if len(results) != len(batch):
+            raise InvalidMessageError(
+                f"transform_batch returned {len(results)} results for {len(batch)} messages"
+            )
+        return [result for result in results if result is not None]
 
     async def save(self, key: ChatKey, message: ChatMessage) -> list[ChatMessage]:
         transformed = await self._apply(key, [message])

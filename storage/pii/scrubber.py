@@ -17,7 +17,7 @@ import re
 import warnings
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, get_args
 
 import attrs
@@ -176,8 +176,9 @@ class PIIScrubber:
         known_values: values the application knows are PII, by entity
             (``{"PERSON": ["Mia Li"], "USER_ID": ["mia_li_3668"]}``), matched
             case-insensitively on word boundaries, also inside JSON payloads.
-        known_values_for: ``key -> {entity: values}``, called once per scrubbed message for
-            that conversation's own values (its user's profile); added to ``known_values``.
+        known_values_for: ``key -> {entity: values}``, called once per scrubbed message (once
+            per batch through ``transform_batch``) for that conversation's own values (its
+            user's profile); added to ``known_values``.
         detectors: custom detectors by entity name: a regex (string or compiled), a
             :class:`RegexDetector` (regex + validator), or any callable ``text -> iterable of
             (start, end)``. A built-in name replaces that built-in detector.
@@ -283,7 +284,18 @@ class PIIScrubber:
             ``message`` itself when nothing was found, else a copy (same ``id``,
             ``created_at``, ``present``) with the PII replaced.
         """
+        return self._scrub(message, self._run(key))
+
+    def transform_batch(self, messages: Sequence[ChatMessage], key: ChatKey) -> list[ChatMessage]:
+        """Scrub the messages of one batch for conversation ``key``, in order (the batch hook
+        of ``TransformingChatStorage``): the same messages as calling the scrubber on each,
+        but a text that recurs in the batch (a date, a status in a list of flights) is
+        searched once, and ``known_values_for`` is called once.
+        """
         run = self._run(key)
+        return [self._scrub(message, run) for message in messages]
+
+    def _scrub(self, message: ChatMessage, run: _Run) -> ChatMessage:
         changes: dict[str, Any] = {}
         scrub = run.payload if message.role == "tool" else run.text
         content = message.content
