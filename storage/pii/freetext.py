@@ -180,16 +180,17 @@ def _word_before(text: str, pos: int) -> tuple[int, str] | None:
         end -= 1
     if end == pos or end == 0:
         return None
-    begin = end - 1
+    # The word starts after the last white space before its last character (at most 24 back).
     floor = max(0, end - 25)
-    while begin > floor and not text[begin - 1].isspace():
-        begin -= 1
+    run = text[floor : end - 1]
+    tail = 0 if not run or run[-1].isspace() else len(run.rsplit(None, 1)[-1])
+    begin = end - 1 - tail
     if begin > 0 and not text[begin - 1].isspace():
         return None  # a longer run than any street word
     while begin < end - 1 and text[begin] in ">*-•(\"'[":
         begin += 1
     word = text[begin:end]
-    if not any(ch.isalpha() for ch in word):
+    if not word.isalpha() and not any(ch.isalpha() for ch in word):
         return None
     return begin, word
 
