@@ -23,7 +23,7 @@ from typing import Any, Final, Literal, get_args
 import attrs
 
 from storage.errors import ConfigError
-from storage.message import ChatKey, ChatMessage
+from storage.message import ChatKey, ChatMessage, _trusted_message, _trusted_tool_call
 from storage.pii.credentials import (
     find_api_keys,
     find_jwts,
@@ -84,6 +84,7 @@ BUILTIN_ENTITIES: Final = tuple(_BUILTIN)
 #: The credential entities among them.
 SECRET_ENTITIES: Final = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "PASSWORD"})
 
+_AS_STORED: Final = frozenset({"content", "tool_calls"})
 _CUSTOM_RANK: Final = 50
 _KNOWN_RANK: Final = 100
 _RECOGNIZER_RANK: Final = 200
@@ -314,7 +315,7 @@ class PIIScrubber:
                 if isinstance(arguments, str):
                     new_arguments = run.payload(arguments)
                     if new_arguments != arguments:
-                        call = attrs.evolve(call, arguments=new_arguments)
+                        call = _trusted_tool_call(call.id, call.name, new_arguments, call.type)
                 calls.append(call)
             if any(new is not old for new, old in zip(calls, message.tool_calls, strict=True)):
                 changes["tool_calls"] = tuple(calls)
@@ -331,7 +332,24 @@ class PIIScrubber:
             }
             if any(metadata[k] is not v for k, v in message.metadata.items()):
                 changes["metadata"] = metadata
-        return attrs.evolve(message, **changes) if changes else message
+        if not changes:
+            return message
+        content = changes.get("content", message.content)
+        if changes.keys() <= _AS_STORED and not isinstance(content, tuple):
+            # Text and tool calls are stored as they are: no converter to run (evolve's cost).
+            return _trusted_message(
+                message.role,
+                content,
+                changes.get("tool_calls", message.tool_calls),
+                message.tool_call_id,
+                message.name,
+                message.id,
+                message.created_at,
+                message.metadata,
+                message.extra,
+                message.present,
+            )
+        return attrs.evolve(message, **changes)
 
     def scrub_text(self, text: str, key: ChatKey) -> str:
         """Scrub plain ``text`` for conversation ``key`` (``text`` itself when nothing found)."""
