@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from storage.pii.protected import TextView
+from storage.pii.protected import TextView, ascii_twin
 
 __all__ = ["find_dates_of_birth", "find_street_addresses", "find_zip_codes"]
 
@@ -108,8 +108,9 @@ _DIRECTION: Final = r"(?:[NSEW]\.?|North|South|East|West|NE|NW|SE|SW)\ {1,2}"
 # name (Koskikatu 25) or a street-type word up to four words back (Via Franscini 71). A
 # number glued to a colon, a currency sign or a dot is a time, a price or a decimal.
 _NUMBER_RE: Final = re.compile(
-    r"(?=\d)(?<![\w\-/.#,:$€£])\d{1,6}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,:]\d)"
+    r"\d(?<=(?<![\w\-/.#,:$€£])\d)\d{0,5}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,:]\d)"
 )
+_NUMBER_ASCII: Final = ascii_twin(_NUMBER_RE)
 _STREET_AFTER_RE: Final = re.compile(
     rf"\ {{1,2}}(?:{_DIRECTION})?(?P<name>{_NAME_WORD})\ {{1,2}}(?:{_NAME_WORD}\ {{1,2}}){{0,3}}?"
     rf"(?P<suffix>(?i:{_SUFFIX}))\b\.?"
@@ -286,8 +287,9 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
+    numbers = _NUMBER_ASCII if view.ascii else _NUMBER_RE
     pos = 0
-    while (m := _NUMBER_RE.search(text, pos)) is not None:
+    while (m := numbers.search(text, pos)) is not None:
         start, end = m.span()
         pos = end
         street = _STREET_AFTER_RE.match(text, end)
@@ -309,7 +311,8 @@ _STATES: Final = (
     "AL|AK|AZ|AR|CA|CO|CT|DE|DC|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH"
     "|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|PR"
 )
-_ZIP_RE: Final = re.compile(r"(?=\d)(?<![\w\-.])\d{5}(?:-\d{4})?(?![\w\-]|[.,]\d)")
+_ZIP_RE: Final = re.compile(r"\d(?<=(?<![\w\-.])\d)\d{4}(?:-\d{4})?(?![\w\-]|[.,]\d)")
+_ZIP_ASCII: Final = ascii_twin(_ZIP_RE)
 _STATE_BEFORE_RE: Final = re.compile(rf"(?<![A-Za-z])(?:{_STATES}),?\ {{1,2}}\Z")
 _POSTAL: Final = (
     r"(?:\d{4}\ ?[A-Z]{2}(?![\w\-])|\d{5}(?:-\d{4})?|\d{3}\ \d{2}|\d{4,6}(?:-\d{3})?"
@@ -327,7 +330,7 @@ def find_zip_codes(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    for m in _ZIP_RE.finditer(text):
+    for m in (_ZIP_ASCII if view.ascii else _ZIP_RE).finditer(text):
         start = m.start()
         state = _STATE_BEFORE_RE.search(text, max(0, start - 5), start)
         if state is None:

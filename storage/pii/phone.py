@@ -29,7 +29,7 @@ from typing import Final
 
 import phonenumbers
 
-from storage.pii.protected import TextView
+from storage.pii.protected import TextView, ascii_twin
 
 __all__ = ["find_phone_numbers"]
 
@@ -45,6 +45,7 @@ _CANDIDATE_RE: Final = re.compile(
     """,
     re.VERBOSE,
 )
+_CANDIDATE_ASCII: Final = ascii_twin(_CANDIDATE_RE)
 _GROUP_RE: Final = re.compile(r"\(?\d+\)?")
 _EXT_RE: Final = re.compile(r"\ ?(?:x|ext\.?|extension)\ ?\d{1,6}$")
 _CURRENCY: Final = (
@@ -163,7 +164,8 @@ def find_phone_numbers(view: TextView) -> Iterator[tuple[int, int]]:
         return
     text = view.text
     pos = 0
-    while (m := _CANDIDATE_RE.search(text, pos)) is not None:
+    candidates = _CANDIDATE_ASCII if view.ascii else _CANDIDATE_RE
+    while (m := candidates.search(text, pos)) is not None:
         start, end = m.span()
         pos = end
         if end - start < 7:

@@ -193,12 +193,12 @@ def _by_shape(shape: bytes, digits: int) -> int:
         and (size > _CACHED_SHAPE or _PHONE_START.search(shape) is not None)
     ):
         found |= _PHONE
-        if digits >= 9 and (b"000-00-0000" in shape or b"000 00 0000" in shape):
-            found |= _SSN
-        if digits >= 12 and (
-            b"000000000000" in shape or b"0000 0000" in shape or b"0000-0000" in shape
-        ):
-            found |= _CARD  # 12-19 digits bare, or 4-digit groups (then 4 or 6), " " or "-"
+    if digits >= 9 and (b"000-00-0000" in shape or b"000 00 0000" in shape):
+        found |= _SSN
+    if digits >= 12 and (
+        b"000000000000" in shape or b"0000 0000" in shape or b"0000-0000" in shape
+    ):
+        found |= _CARD  # 12-19 digits bare, or 4-digit groups (then 4 or 6), " " or "-"
     if (
         digits >= 5
         and b"00000" in shape

@@ -20,9 +20,17 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from typing import Final
 
-__all__ = ["NEVER_MATCH_RES", "TextView"]
+__all__ = ["NEVER_MATCH_RES", "TextView", "ascii_twin"]
 
 _DIGIT: Final = re.compile(r"\d")
+
+
+def ascii_twin(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """``pattern`` compiled with ``re.ASCII``: on a text that is all ASCII it matches exactly
+    where ``pattern`` does (``\\d``, ``\\w``, ``\\s``, ``\\b`` and case folding agree there)
+    and scans faster. Detectors take it when :attr:`TextView.ascii` is true."""
+    return re.compile(pattern.pattern, (pattern.flags & ~re.UNICODE) | re.ASCII)
+
 
 # Split by what they start with: a pattern that opens with a lookahead for a digit or a
 # character class lets the regex engine skip fast to where it can match.
@@ -59,6 +67,7 @@ _DASHED_RE: Final = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+(?![\w-
 _EXTENSION_RE: Final = re.compile(r"\d+(?:x|ext)\d+")
 #: Every pattern of text that number detectors never match (besides mixed dashed tokens).
 NEVER_MATCH_RES: Final = (_DATES_RE, _UUID_RE, _LABELLED_RE)
+_TWIN: Final = {rx: ascii_twin(rx) for rx in (*NEVER_MATCH_RES, _DASHED_RE)}
 
 
 # ASCII digits -> "0", ASCII letters -> "a", every other byte kept.
@@ -124,9 +133,14 @@ def _never_match_spans(
     ends: list[int] = []
     # Each pattern runs only where the shape holds what every match of it contains.
     window = text[lo:hi]
-    spans = [m.span() for rx in _patterns(window, shape) for m in rx.finditer(text, lo, hi)]
+    twin = _TWIN if window.isascii() else None
+    spans = [
+        m.span()
+        for rx in _patterns(window, shape)
+        for m in (twin[rx] if twin else rx).finditer(text, lo, hi)
+    ]
     if "-" in window:
-        for m in _DASHED_RE.finditer(text, lo, hi):
+        for m in (twin[_DASHED_RE] if twin else _DASHED_RE).finditer(text, lo, hi):
             if any(_mixed(part) for part in m.group().split("-")):
                 spans.append(m.span())
     spans.sort()
@@ -151,14 +165,16 @@ class TextView:
         digits: how many decimal digits it holds (with ``shape`` ``None``: its length, a
             bound).
         has_digit: whether it holds any decimal digit (number detectors skip it otherwise).
+        ascii: whether it is all ASCII (detectors then scan it with :func:`ascii_twin`).
     """
 
-    __slots__ = ("_cuts", "_never", "digits", "has_digit", "shape", "text")
+    __slots__ = ("_cuts", "_never", "ascii", "digits", "has_digit", "shape", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         shape: bytes | None
-        if text.isascii():
+        self.ascii = text.isascii()
+        if self.ascii:
             shape = text.encode("ascii").translate(_SHAPE)
         else:
             raw = text.encode("utf-8", "surrogatepass")
@@ -173,7 +189,7 @@ class TextView:
     def never_match(self, start: int, end: int) -> bool:
         """True when ``[start, end)`` overlaps a date, UUID, version string or labelled id."""
         text, shape = self.text, self.shape
-        if text.isascii():  # byte offsets are character offsets: cut at any cut character
+        if self.ascii:  # byte offsets are character offsets: cut at any cut character
             if (
                 shape is not None
                 and shape.startswith(b"0000-00-00", start)
