@@ -85,8 +85,8 @@ class _Fresh:
     """Fresh wire messages for each round, from a moving offset (like the suite's Source).
     Each contender has its own, so in every round all of them append the same messages."""
 
-    def __init__(self, make: Callable[[int, int], list[Wire]]) -> None:
-        self.make, self.offset = make, itertools.count(1000)
+    def __init__(self, make: Callable[[int, int], list[Wire]], start: int) -> None:
+        self.make, self.offset = make, itertools.count(start)
 
     def __call__(self, n: int) -> list[Wire]:
         return self.make(n, next(self.offset))
@@ -135,13 +135,17 @@ async def measure(workdir: Path, size: int, rounds: int, max_batches: int, runs:
                 await s.load(key, make(size, 0))
             gc.collect()
             gc.freeze()  # as the suite does: setup objects out of the collector's way
-            for run in results:
+            for number, run in enumerate(results):
+                start = 1000 + 50 * number  # each run appends messages of its own
                 contenders: list[Contender] = []
                 cpu: dict[str, list[float]] = {}
                 ops = [
-                    (s.name, s.is_async, *s.append_op(key, BATCH, _Fresh(make))) for s in subjects
+                    (s.name, s.is_async, *s.append_op(key, BATCH, _Fresh(make, start)))
+                    for s in subjects
                 ]
-                ops.append((ALONE, False, *_scrubber_alone(scrubbed.stack.transform, _Fresh(make))))
+                ops.append(
+                    (ALONE, False, *_scrubber_alone(scrubbed.stack.transform, _Fresh(make, start)))
+                )
                 for name, is_async, op, prepare in ops:
                     cpu[name] = []
                     timed = _cpu_timed(op, is_async, cpu[name])
