@@ -75,12 +75,26 @@ _SHAPE: Final = bytes(
     48 if 48 <= b <= 57 else 97 if 65 <= b <= 90 or 97 <= b <= 122 else b for b in range(256)
 )
 _ASCII: Final = bytes(range(128))
-# Characters that no pattern above (nor _DASHED_RE) can consume: no protected span crosses
-# one, and at one every lookaround of theirs sees what it sees at the end of a text. So the
-# spans that can overlap a candidate are found between the cuts around it alone, not in the
-# whole text (a log line's IP address is checked against its line, not against the file).
-_CUT_CHARS: Final = "\n\r\t\x0b\x0c\"'()[]{};|@&*?\\$%`"
-_CUTS: Final = bytes(10 if chr(b) in _CUT_CHARS else 32 for b in range(256))  # "\n" at cuts
+
+
+def _cuts_but(keep: str) -> bytes:
+    """A table marking with "\n" every byte but ``keep`` (all that one pattern can consume,
+    and whatever its lookarounds tell apart from the end of a text)."""
+    return bytes(32 if chr(b) in keep else 10 for b in range(256))
+
+
+_WORD: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+# Where a pattern's matches cannot reach: no span of it crosses one of its cuts, and at one
+# each of its lookarounds sees what it sees at the end of a text. So the spans that can
+# overlap a candidate are found between the cuts around it alone, each pattern in its own
+# window (a log line's IP address is checked against the dates in " 10.1.2.3 ", not against
+# the file). Cut at every byte a pattern cannot consume, for ASCII text.
+_KINDS: Final = (
+    (_DATES_RE, _cuts_but("0123456789-T :.,Z+/")),
+    (_UUID_RE, _cuts_but("0123456789abcdefABCDEF-")),
+    (_LABELLED_RE, _cuts_but(_WORD + " :-./+=<>~!^#")),
+    (_DASHED_RE, _cuts_but(_WORD + "-")),
+)
 _PRE_RELEASE: Final = ("alpha", "beta", "rc", "dev", "pre", "post", "snapshot")
 _LABEL_WORDS: Final = (
     "sku", "item", "order", "part", "model", "serial", "invoice", "ticket", "tracking",
@@ -153,6 +167,23 @@ def _never_match_spans(
     return starts, ends
 
 
+def _kind_spans(kind: int, text: str, lo: int, hi: int, shape: bytes) -> list[tuple[int, int]]:
+    """The spans of pattern ``kind`` (:data:`_KINDS`) in the ASCII ``text[lo:hi]``, between
+    its cuts, with ``shape`` that of ``text[lo:hi]``; ``[]`` where its shape rules it out."""
+    rx = _KINDS[kind][0]
+    if rx is _DASHED_RE:
+        if b"-" not in shape:
+            return []
+        return [
+            m.span()
+            for m in _TWIN[rx].finditer(text, lo, hi)
+            if any(_mixed(part) for part in m.group().split("-"))
+        ]
+    if rx not in _patterns(text[lo:hi], shape):
+        return []
+    return [m.span() for m in _TWIN[rx].finditer(text, lo, hi)]
+
+
 class TextView:
     """One text under scan, with facts computed at most once and only when asked.
 
@@ -168,7 +199,7 @@ class TextView:
         ascii: whether it is all ASCII (detectors then scan it with :func:`ascii_twin`).
     """
 
-    __slots__ = ("_cuts", "_never", "ascii", "digits", "has_digit", "shape", "text")
+    __slots__ = ("_cuts", "_kind", "_never", "ascii", "digits", "has_digit", "shape", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -183,32 +214,42 @@ class TextView:
         self.shape = shape
         self.digits = len(text) if shape is None else shape.count(b"0")
         self.has_digit = self.digits > 0
-        self._cuts: bytes | None = None
+        self._cuts: tuple[bytes, ...] | None = None
         self._never: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        self._kind: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
 
     def never_match(self, start: int, end: int) -> bool:
         """True when ``[start, end)`` overlaps a date, UUID, version string or labelled id."""
         text, shape = self.text, self.shape
-        if self.ascii:  # byte offsets are character offsets: cut at any cut character
-            if (
-                shape is not None
-                and shape.startswith(b"0000-00-00", start)
-                and (start == 0 or shape[start - 1] != 48)
-            ):
+        if self.ascii and shape is not None:  # (an ASCII text always has a shape)
+            if shape.startswith(b"0000-00-00", start) and (start == 0 or shape[start - 1] != 48):
                 return True  # an ISO date starts here (a JSON date value): the first pattern
-            if self._cuts is None:
-                self._cuts = text.encode("ascii").translate(_CUTS)
-            lo = self._cuts.rfind(b"\n", 0, start) + 1
-            hi = self._cuts.find(b"\n", end)
-            hi = len(text) if hi < 0 else hi
-            shape = None if shape is None else shape[lo:hi]
-        else:  # cut at line breaks only; the whole text's shape still bounds the window's
-            lo = text.rfind("\n", 0, start) + 1
-            hi = text.find("\n", end)
-            hi = len(text) if hi < 0 else hi
+            return self._ascii_never_match(start, end, text, shape)
+        # Outside ASCII (byte offsets are not character offsets) cut at line breaks only:
+        # no protected span holds one; the whole text's shape still bounds the window's.
+        lo = text.rfind("\n", 0, start) + 1
+        hi = text.find("\n", end)
+        hi = len(text) if hi < 0 else hi
         spans = self._never.get((lo, hi))
         if spans is None:
             spans = self._never[lo, hi] = _never_match_spans(text, lo, hi, shape)
         starts, ends = spans
         i = bisect_right(starts, end - 1) - 1  # last protected span starting before ``end``
         return i >= 0 and ends[i] > start
+
+    def _ascii_never_match(self, start: int, end: int, text: str, shape: bytes) -> bool:
+        """:meth:`never_match` of an ASCII text: each pattern in the window of its own cuts."""
+        if self._cuts is None:
+            raw = text.encode("ascii")
+            self._cuts = tuple(raw.translate(table) for _, table in _KINDS)
+        for kind, cuts in enumerate(self._cuts):
+            lo = cuts.rfind(b"\n", 0, start) + 1
+            hi = cuts.find(b"\n", end)
+            hi = len(text) if hi < 0 else hi
+            spans = self._kind.get((kind, lo, hi))
+            if spans is None:
+                spans = self._kind[kind, lo, hi] = _kind_spans(kind, text, lo, hi, shape[lo:hi])
+            for s, e in spans:
+                if s < end and e > start:
+                    return True
+        return False
