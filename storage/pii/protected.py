@@ -95,11 +95,10 @@ _KINDS: Final = (
     (_LABELLED_RE, _cuts_but(_WORD + " :-./+=<>~!^#")),
     (_DASHED_RE, _cuts_but(_WORD + "-")),
 )
-_PRE_RELEASE: Final = ("alpha", "beta", "rc", "dev", "pre", "post", "snapshot")
-_LABEL_WORDS: Final = (
-    "sku", "item", "order", "part", "model", "serial", "invoice", "ticket", "tracking",
-    "confirmation", "booking", "reservation", "ref",
-)  # fmt: skip
+_PRE_RELEASE_RE: Final = re.compile("-(?:alpha|beta|rc|dev|pre|post|snapshot)")
+_LABEL_WORD_RE: Final = re.compile(
+    "sku|item|order|part|model|serial|invoice|ticket|tracking|confirmation|booking|reservation|ref"
+)
 
 
 def _patterns(text: str, shape: bytes | None) -> Iterator[re.Pattern[str]]:
@@ -107,30 +106,33 @@ def _patterns(text: str, shape: bytes | None) -> Iterator[re.Pattern[str]]:
     if shape is None:
         yield from NEVER_MATCH_RES
         return
-    dotted = b"0.0" in shape
-    if dotted or b"0-0" in shape or b"0/0" in shape or b"0a0" in shape:
-        yield _DATES_RE  # every date form has a separator or a "T" between two digits
-    if shape.count(b"-") >= 4:
-        yield _UUID_RE
+    for rx in NEVER_MATCH_RES:
+        if _may_match(rx, text, shape):
+            yield rx
+
+
+def _may_match(rx: re.Pattern[str], text: str, shape: bytes) -> bool:
+    """Whether ``rx`` (one of :data:`NEVER_MATCH_RES`) can match ``text`` of ``shape``."""
+    if rx is _DATES_RE:  # every date form has a separator or a "T" between two digits
+        return b"0.0" in shape or b"0-0" in shape or b"0/0" in shape or b"0a0" in shape
+    if rx is _UUID_RE:
+        return shape.count(b"-") >= 4
     # Versions ("v1.2", "version 1.2", "release 2.0"), requirement specifiers ("==1.2", "~1.2")
     # and pre-releases ("1.2.3-rc1") have "digits.digits"; labelled ids a label word. Words
     # match ignoring case, so a text outside ASCII (with its case folds) always runs it.
     if not text.isascii():
-        yield _LABELLED_RE
-        return
+        return True
     lower = text.lower()
-    if (
-        dotted
-        and (
-            "v" in lower
-            or "release" in lower
-            or "=" in text
-            or "^" in text
-            or "~" in text
-            or ("-" in text and any(f"-{word}" in lower for word in _PRE_RELEASE))
-        )
-    ) or any(word in lower for word in _LABEL_WORDS):
-        yield _LABELLED_RE
+    if _LABEL_WORD_RE.search(lower) is not None:
+        return True
+    return b"0.0" in shape and (
+        "v" in lower
+        or "release" in lower
+        or "=" in text
+        or "^" in text
+        or "~" in text
+        or ("-" in text and _PRE_RELEASE_RE.search(lower) is not None)
+    )
 
 
 def _mixed(part: str) -> bool:
@@ -179,7 +181,7 @@ def _kind_spans(kind: int, text: str, lo: int, hi: int, shape: bytes) -> list[tu
             for m in _TWIN[rx].finditer(text, lo, hi)
             if any(_mixed(part) for part in m.group().split("-"))
         ]
-    if rx not in _patterns(text[lo:hi], shape):
+    if not _may_match(rx, text[lo:hi], shape):
         return []
     return [m.span() for m in _TWIN[rx].finditer(text, lo, hi)]
 
