@@ -96,7 +96,7 @@ def _new_string(
     text = json.loads(f'"{body}"') if "\\" in body else body
     new = scrub_keyed(entity, text) if entity is not None and scrub_keyed else None
     if new is None:
-        if words_unchanged and plain_word(text):
+        if words_unchanged and len(text) < 15 and plain_word(text):
             return None
         new = scrub_string(text)
     if new == text:

@@ -654,11 +654,17 @@ class _Run:
         7946 0958": the phone number is glued to the address), so the result is scanned again
         until nothing new is found, at most ``_MAX_PASSES`` times: this keeps scrubbing
         idempotent for all but chains of more than that many glued-together values."""
+        found = self._found.get(text)
+        if found is None:
+            found = self._found[text] = self._owner._find(text, self._known)
+        if not found:
+            return text  # most texts: nothing found
         owner = self._owner
-        for _ in range(_MAX_PASSES):
-            found = self._find(text)
-            if not found:
-                break
+        for n in range(_MAX_PASSES):
+            if n:
+                found = self._find(text)
+                if not found:
+                    break
             # Masks keep digits ("***-****4111"), which can join what follows: always rescan.
             again = owner.mode == "mask" or _glued(text, found)
             text = owner._replace(text, found, self._hasher, self._chat_key)
