@@ -16,8 +16,9 @@ for a grouped card number, ``0.0`` for an IP address or a version) before it run
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
-from collections.abc import Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Final
 
 __all__ = ["NEVER_MATCH_RES", "TextView", "ascii_twin"]
@@ -169,21 +170,85 @@ def _never_match_spans(
     return starts, ends
 
 
-def _kind_spans(kind: int, text: str, lo: int, hi: int, shape: bytes) -> list[tuple[int, int]]:
+_Spans = tuple[list[int], list[int]]  # starts and ends of sorted, disjoint spans
+
+
+def _kind_spans(kind: int, text: str, lo: int, hi: int, shape: bytes) -> _Spans:
     """The spans of pattern ``kind`` (:data:`_KINDS`) in the ASCII ``text[lo:hi]``, between
-    its cuts, with ``shape`` that of ``text[lo:hi]``; ``[]`` where its shape rules it out."""
+    its cuts, with ``shape`` that of ``text[lo:hi]``; none where its shape rules it out."""
     rx = _KINDS[kind][0]
+    starts: list[int] = []
+    ends: list[int] = []
+    found: Iterator[re.Match[str]]
     if rx is _DASHED_RE:
         if b"-" not in shape:
-            return []
-        return [
-            m.span()
+            return starts, ends
+        found = (
+            m
             for m in _TWIN[rx].finditer(text, lo, hi)
             if any(_mixed(part) for part in m.group().split("-"))
-        ]
-    if not _may_match(rx, text[lo:hi], shape):
-        return []
-    return [m.span() for m in _TWIN[rx].finditer(text, lo, hi)]
+        )
+    elif _may_match(rx, text[lo:hi], shape):
+        found = _TWIN[rx].finditer(text, lo, hi)
+    else:
+        return starts, ends
+    for m in found:  # one pattern's matches: in order, disjoint
+        starts.append(m.start())
+        ends.append(m.end())
+    return starts, ends
+
+
+def _overlaps(spans: _Spans, start: int, end: int) -> bool:
+    starts, ends = spans
+    i = bisect_right(starts, end - 1) - 1  # last span starting before ``end``
+    return i >= 0 and ends[i] > start
+
+
+class _Cuts:
+    """The cuts of one text for one pattern (or for all, at line breaks), as "\n" marks:
+    found near a candidate with one search, farther away in an index built once, so that a
+    long text without cuts costs linear time, not a search per candidate."""
+
+    __slots__ = ("_find", "_index", "_rfind", "_size")
+
+    def __init__(self, marks: bytes | str) -> None:
+        self._find: Callable[[int, int], int]
+        self._rfind: Callable[[int, int], int]
+        if isinstance(marks, bytes):
+            self._find, self._rfind = partial(marks.find, b"\n"), partial(marks.rfind, b"\n")
+        else:
+            self._find, self._rfind = partial(marks.find, "\n"), partial(marks.rfind, "\n")
+        self._size = len(marks)
+        self._index: list[int] | None = None
+
+    def around(self, start: int, end: int) -> tuple[int, int]:
+        """The window ``[lo, hi)`` between the cuts around ``[start, end)``."""
+        lo = self._rfind(max(0, start - _NEAR), start)
+        if lo < 0 and start > _NEAR:
+            index = self._cut_index()
+            i = bisect_left(index, start)
+            lo = index[i - 1] if i else -1
+        hi = self._find(end, end + _NEAR)
+        if hi < 0:
+            hi = self._size
+            if end + _NEAR < self._size:
+                index = self._cut_index()
+                i = bisect_left(index, end)
+                hi = index[i] if i < len(index) else self._size
+        return lo + 1, hi
+
+    def _cut_index(self) -> list[int]:
+        if self._index is None:
+            index: list[int] = []
+            at = self._find(0, self._size)
+            while at >= 0:
+                index.append(at)
+                at = self._find(at + 1, self._size)
+            self._index = index
+        return self._index
+
+
+_NEAR: Final = 256  # how far one search looks for a cut before the index is used
 
 
 class TextView:
@@ -201,7 +266,17 @@ class TextView:
         ascii: whether it is all ASCII (detectors then scan it with :func:`ascii_twin`).
     """
 
-    __slots__ = ("_cuts", "_kind", "_never", "ascii", "digits", "has_digit", "shape", "text")
+    __slots__ = (
+        "_cuts",
+        "_kind",
+        "_lines",
+        "_never",
+        "ascii",
+        "digits",
+        "has_digit",
+        "shape",
+        "text",
+    )
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -216,9 +291,10 @@ class TextView:
         self.shape = shape
         self.digits = len(text) if shape is None else shape.count(b"0")
         self.has_digit = self.digits > 0
-        self._cuts: tuple[bytes, ...] | None = None
-        self._never: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-        self._kind: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        self._cuts: tuple[_Cuts, ...] | None = None
+        self._lines: _Cuts | None = None
+        self._never: dict[tuple[int, int], _Spans] = {}
+        self._kind: dict[tuple[int, int, int], _Spans] = {}
 
     def never_match(self, start: int, end: int) -> bool:
         """True when ``[start, end)`` overlaps a date, UUID, version string or labelled id."""
@@ -229,29 +305,24 @@ class TextView:
             return self._ascii_never_match(start, end, text, shape)
         # Outside ASCII (byte offsets are not character offsets) cut at line breaks only:
         # no protected span holds one; the whole text's shape still bounds the window's.
-        lo = text.rfind("\n", 0, start) + 1
-        hi = text.find("\n", end)
-        hi = len(text) if hi < 0 else hi
+        if self._lines is None:
+            self._lines = _Cuts(text)
+        lo, hi = self._lines.around(start, end)
         spans = self._never.get((lo, hi))
         if spans is None:
             spans = self._never[lo, hi] = _never_match_spans(text, lo, hi, shape)
-        starts, ends = spans
-        i = bisect_right(starts, end - 1) - 1  # last protected span starting before ``end``
-        return i >= 0 and ends[i] > start
+        return _overlaps(spans, start, end)
 
     def _ascii_never_match(self, start: int, end: int, text: str, shape: bytes) -> bool:
         """:meth:`never_match` of an ASCII text: each pattern in the window of its own cuts."""
         if self._cuts is None:
             raw = text.encode("ascii")
-            self._cuts = tuple(raw.translate(table) for _, table in _KINDS)
+            self._cuts = tuple(_Cuts(raw.translate(table)) for _, table in _KINDS)
         for kind, cuts in enumerate(self._cuts):
-            lo = cuts.rfind(b"\n", 0, start) + 1
-            hi = cuts.find(b"\n", end)
-            hi = len(text) if hi < 0 else hi
+            lo, hi = cuts.around(start, end)
             spans = self._kind.get((kind, lo, hi))
             if spans is None:
                 spans = self._kind[kind, lo, hi] = _kind_spans(kind, text, lo, hi, shape[lo:hi])
-            for s, e in spans:
-                if s < end and e > start:
-                    return True
+            if _overlaps(spans, start, end):
+                return True
         return False
