@@ -183,15 +183,16 @@ def _word_before(text: str, pos: int) -> tuple[int, str] | None:
         return None
     # The word starts after the last white space before its last character (at most 24 back).
     floor = max(0, end - 25)
-    run = text[floor : end - 1]
-    tail = 0 if not run or run[-1].isspace() else len(run.rsplit(None, 1)[-1])
-    begin = end - 1 - tail
+    if end - 1 == floor or text[end - 2].isspace():
+        begin = end - 1  # a word of one character
+    else:
+        begin = end - 1 - len(text[floor : end - 1].rsplit(None, 1)[-1])
     if begin > 0 and not text[begin - 1].isspace():
         return None  # a longer run than any street word
     while begin < end - 1 and text[begin] in ">*-•(\"'[":
         begin += 1
     word = text[begin:end]
-    if not word.isalpha() and not any(ch.isalpha() for ch in word):
+    if not word.isalpha() and (len(word) == 1 or not any(ch.isalpha() for ch in word)):
         return None
     return begin, word
 
