@@ -8,16 +8,18 @@ the floor (stdlib ``sqlite3``: ``json.dumps`` of each OpenAI dict, one ``execute
 ``BEGIN``/``COMMIT``), ``chatlayers sqlite`` and ``scrub::sqlite``
 (``TransformingChatStorage(SQLite, PIIScrubber)``), each appending batches of 100 fresh messages
 (in each round the same ones for all) to a conversation of ``--size`` messages; plus the
-scrubber alone (the transform called on each message of the batch, no store). Two kinds of
-messages, measured one after the other:
+scrubber alone (its ``transform_batch`` on the batch, no store). Two kinds of messages,
+measured one after the other:
 
 - ``shipped``: the real conversations of ``examples/data`` (tau-bench airline tool calls and
   JSON results, SWE-agent code and shell output, Open-Assistant prose), cycled;
 - ``agent``: generated agent traffic (:mod:`benchmarks.agent_traffic`).
 
-Each run is ``--rounds`` interleaved rounds in shuffled order; ``--runs`` runs in a row show
-the spread on a shared machine. Cells: median ms per batch, messages per second and the ratio
-to the floor of the same run. Target: ``scrub::sqlite`` within 4x the floor. Prints markdown.
+Each run is ``--rounds`` interleaved rounds in shuffled order, on messages of its own (the
+next stretch of the data); ``--runs`` runs in a row show the spread on a shared machine.
+Cells: median per batch (wall-clock, as the suite measures, and process CPU time, which a
+busy machine disturbs less), messages per second and the ratio to the floor of the same run.
+Target: ``scrub::sqlite`` within 4x the floor. Prints markdown.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PII scrubbing for the transforming layer (DESIGN.md §5).
+"""PII scrubbing for the transforming layer.
 
 ``PIIScrubber`` is a message transform: ``TransformingChatStorage(inner, PIIScrubber())``
 replaces e-mail addresses, phone numbers, payment cards, IBANs, US SSNs, IP addresses,
@@ -8,7 +8,8 @@ plus any values the application knows are PII, with keyed-hash placeholders befo
 reaches the inner store.
 
 Modules: ``scrubber`` (the transform), ``detectors`` / ``phone`` / ``credentials`` /
-``freetext`` (the rules), ``keyed`` (JSON key names), ``protected`` (what is never PII),
+``freetext`` (the rules), ``prefilter`` (which rules can match a text, checked first),
+``keyed`` (JSON key names), ``protected`` (what is never PII, and the per-text view),
 ``known_values``, ``placeholders``, ``payloads`` (JSON value by value), ``spans`` (overlap
 resolution), ``ner`` (the optional recognizer protocol and its spaCy / Presidio adapters).
 """

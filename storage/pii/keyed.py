@@ -100,7 +100,7 @@ def keyed_entity(keys: Mapping[str, str], key: str, value: str) -> str | None:
 def is_one_value(value: str) -> bool:
     """Whether ``value`` can be replaced whole under a keyed field: not empty, not too long
     to be one value, with a letter or digit."""
-    return 0 < len(value) <= _MAX_VALUE and _ALNUM.search(value) is not None
+    return 0 < len(value) <= _MAX_VALUE and (value.isalnum() or _ALNUM.search(value) is not None)
 
 
 class KeyEntities(dict[str, str | None]):

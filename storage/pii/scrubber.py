@@ -696,7 +696,9 @@ class _Run:
     def keyed_value(self, entity: str, value: str) -> str | None:
         """A placeholder for ``value`` under a JSON key that names ``entity``, else None."""
         owner = self._owner
-        if not is_one_value(value) or PLACEHOLDER_RE.fullmatch(value) is not None:
+        if not is_one_value(value) or (
+            value[0] == "<" and PLACEHOLDER_RE.fullmatch(value) is not None
+        ):
             return None
         owner.counts[entity] += 1
         if owner._observer is not None:
