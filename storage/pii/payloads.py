@@ -84,15 +84,15 @@ def scrub_json(
     return _by_tokens(raw, scrub_string, scrub_integer, scrub_keyed, key_entities, words_unchanged)
 
 
-def _new_string(
+def _new_body(
     body: str,
     entity: str | None,
     scrub_string: Callable[[str], str],
     scrub_keyed: Callable[[str, str], str | None] | None,
     words_unchanged: bool,
 ) -> str | None:
-    """The JSON literal that replaces the string whose text between the quotes is ``body``
-    (under a key naming ``entity``), or ``None`` when it stays."""
+    """What replaces ``body``, a string's text between its quotes as written (under a key
+    naming ``entity``), also written for between quotes; ``None`` when it stays."""
     text = json.loads(f'"{body}"') if "\\" in body else body
     new = scrub_keyed(entity, text) if entity is not None and scrub_keyed else None
     if new is None:
@@ -101,7 +101,9 @@ def _new_string(
         new = scrub_string(text)
     if new == text:
         return None
-    return json.dumps(new, ensure_ascii=body.isascii())
+    if new.isascii() and new.isprintable() and '"' not in new and "\\" not in new:
+        return new  # nothing to escape (a placeholder): what json.dumps would write
+    return json.dumps(new, ensure_ascii=body.isascii())[1:-1]
 
 
 def _by_quotes(
@@ -121,18 +123,18 @@ def _by_quotes(
     while i < size:
         after = parts[i + 1].lstrip()
         if after[:1] != ":":  # a string in an array
-            new = _new_string(parts[i], None, scrub_string, scrub_keyed, words_unchanged)
+            new = _new_body(parts[i], None, scrub_string, scrub_keyed, words_unchanged)
             if new is not None:
-                parts[i], changed = new[1:-1], True
+                parts[i], changed = new, True
             i += 2
             continue
         entity = key_entities[parts[i]] if key_entities is not None else None
         rest = after[1:].lstrip()
         if not rest:  # its value is the next string
             body = parts[i + 2]
-            new = _new_string(body, entity, scrub_string, scrub_keyed, words_unchanged)
+            new = _new_body(body, entity, scrub_string, scrub_keyed, words_unchanged)
             if new is not None:
-                parts[i + 2], changed = new[1:-1], True
+                parts[i + 2], changed = new, True
             i += 4
             continue
         if entity is not None and scrub_keyed is not None:
@@ -175,10 +177,10 @@ def _by_tokens(
         else:  # a string in an array
             value, group = body, 1
         if value is not None:
-            replacement = _new_string(value, entity, scrub_string, scrub_keyed, words_unchanged)
+            replacement = _new_body(value, entity, scrub_string, scrub_keyed, words_unchanged)
             if replacement is None:
                 continue
-            begin, end = m.start(group) - 1, m.end(group) + 1
+            begin, end = m.span(group)
         else:
             assert number is not None
             new_number = None
