@@ -25,10 +25,12 @@ from storage.abilities import (
     SummaryCheckpoint,
     find_ability,
 )
+from storage.cli.transfer import collect_stats
+from storage.config.stack import Stack
 from storage.errors import ConfigError, StorageUnavailableError
 from storage.layers.mirroring import MirrorChatStorage
 from storage.message import ChatKey, ChatMessage
-from storage.migrate import migrate, verify
+from storage.migrate import migrate, record_side, verify
 from storage.migrate.journal import JOURNAL_USER, Mark
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -216,6 +218,8 @@ async def test_marks_survive_a_restart_and_migrate_repairs_them(tmp_path: Path) 
         assert restarted.missed == 2  # read back from the primary's journal
         assert not await equal(restarted)
     async with SQLiteChatStorage(str(tmp_path / "primary.db")) as primary:
+        stats = await collect_stats(Stack(primary))  # the marks are not conversations
+        assert (stats.users, stats.conversations) == (1, 2)
         report = await migrate(primary, secondary, journal=name)
         assert report.marks_repaired == 2
         assert (await verify(primary, secondary)).equal
@@ -261,7 +265,7 @@ async def test_a_resting_or_hanging_secondary_costs_no_call_its_timeout(tmp_path
         assert await equal(layer)
 
 
-async def test_config_by_url_toml_and_dict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_config_by_url_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secondary = f"sqlite:///{tmp_path}/secondary.db?busy_timeout=2"  # '?', '&': encoded
     chain = f"mirror?secondary={quote(secondary, safe='')}&timeout=2&retry_after=1m"
     async with open_storage(f"{chain}::sqlite:///{tmp_path}/p.db") as stack:
@@ -279,7 +283,8 @@ async def test_config_by_url_toml_and_dict(tmp_path: Path, monkeypatch: pytest.M
     async with open_storage(toml) as stack:
         layer = stack.find(MirrorChatStorage)
         assert layer is not None
-        assert "scrub" in layer.secondary_name
+        assert layer.secondary_name.startswith("scrub?secret=***::sqlite:")  # redacted
+        assert record_side(layer.secondary).storage is not layer.secondary.base  # scrubbed
 
 
 async def test_config_by_dict_and_env_redacts_the_password(
