@@ -119,7 +119,8 @@ async def _cmd_migrate(args: argparse.Namespace, out: Output, stack: None) -> in
         extra.append(f"{report.marks_repaired:,} writes a mirror missed repaired")
     if extra:
         out.note("; ".join(extra))
-    out.note(f"check it: chatlayers verify --from {source_url!r} --to {target_url!r}")
+    ends = f"--from {redact_url(source_url)!r} --to {redact_url(target_url)!r}"
+    out.note(f"check it: chatlayers verify {ends}")
     return 0
 
 

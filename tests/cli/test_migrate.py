@@ -26,6 +26,7 @@ from storage.message import ChatKey
 from storage.migrate import read_snapshot, record_side
 from tests.migrate.data import conversation, seed
 from tests.paths import REPO
+from tests.servers import RedisServer
 
 DATA = REPO / "examples" / "data"
 SHIPPED = sorted(str(p) for p in DATA.glob("*.openai.jsonl"))
@@ -119,6 +120,21 @@ def test_sqlite_to_postgres_on_the_shipped_data(shipped: Path, postgres_dsn: str
 
 def test_sqlite_to_redis_on_the_shipped_data(shipped: Path, redis_url: str) -> None:
     _migrate_and_verify(f"sqlite:///{shipped}", f"{redis_url}?prefix=mig{uuid.uuid4().hex[:8]}")
+
+
+def test_passwords_are_never_printed(
+    redis_server_factory: type[RedisServer], tmp_path: Path
+) -> None:
+    server = redis_server_factory(tmp_path / "redis", password="pw-never-printed-42")
+    server.start()
+    source = f"sqlite:///{tmp_path}/empty.db"
+    sqlite3.connect(tmp_path / "empty.db").close()
+    done = run("migrate", "--from", source, "--to", server.url)
+    assert "pw-never-printed" not in done.stdout + done.stderr
+    assert ":***@" in done.stderr
+    server.stop()
+    failed = run("verify", "--from", source, "--to", server.url, check=1)
+    assert "pw-never-printed" not in failed.stdout + failed.stderr
 
 
 def test_jsonl_to_sqlite_from_a_toml_file(tmp_path: Path) -> None:
