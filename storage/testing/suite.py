@@ -18,6 +18,7 @@ from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
 from storage.testing.retention_tests import RetentionTests
+from storage.testing.session_tests import SessionAbilityTests
 
 __all__ = ["ConformanceSuite"]
 
@@ -25,6 +26,7 @@ __all__ = ["ConformanceSuite"]
 class ConformanceSuite(
     ProtocolTests,
     AbilityTests,
+    SessionAbilityTests,
     ReplaceTests,
     DifferentialTests,
     FaultTests,
