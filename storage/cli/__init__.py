@@ -17,6 +17,7 @@ and ``--json`` for machine output)::
     chatlayers compact               summarize one conversation now, or tidy JSONL files
     chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
     chatlayers eval FILE...          fact retention of stacks' views vs truncation, fresh stores
+    chatlayers diff FILE... --url A --url B   two stacks on the same conversations (canary)
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line
@@ -53,6 +54,7 @@ COMMAND_MODULES: Final = (
     "storage.cli.maintenance",
     "storage.cli.keys",
     "storage.cli.eval",
+    "storage.cli.diff",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 
@@ -140,7 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub, top=False, many=spec.many_stacks)
         spec.arguments(sub)
         sub.set_defaults(
-            handler=spec.handler, read_only=spec.read_only, needs_stack=spec.needs_stack
+            handler=spec.handler,
+            read_only=spec.read_only,
+            needs_stack=spec.needs_stack,
+            check=spec.check,
         )
     return parser
 
@@ -163,6 +168,11 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             close = sub.suggestion(token) if sub is not None else None
             words.append(f"{token} (did you mean {close}?)" if close else token)
         target.error(f"unrecognized arguments: {' '.join(words)}")
+    check = getattr(args, "check", None)
+    problem = check(args) if check is not None else None
+    if problem:
+        sub = _subparser(parser, getattr(args, "command", None))
+        (sub if sub is not None else parser).error(problem)
     return args
 
 
