@@ -45,6 +45,7 @@ from storage.config.loading import ENV_CONFIG, ENV_URL, to_spec
 from storage.config.stack import Stack
 from storage.errors import ChatStorageError, ConfigError
 from storage.redact import redact_url
+from storage.telemetry import operation
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -196,7 +197,9 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
         return code
     stack = _open(args)
     async with stack:
-        code = await args.handler(args, out, stack)
+        # One span for the command when the stack has an otel layer (its calls inside).
+        with operation(stack, "command", command=str(args.command)):
+            code = await args.handler(args, out, stack)
         return code
 
 
