@@ -1,4 +1,4 @@
-"""PII scrubbing for the transforming layer (DESIGN.md §5).
+"""PII scrubbing for the transforming layer (ARCHITECTURE.md#layers).
 
 ``PIIScrubber`` is a message transform: ``TransformingChatStorage(inner, PIIScrubber())``
 replaces e-mail addresses, phone numbers, payment cards, IBANs, US SSNs, IP addresses,
