@@ -116,22 +116,23 @@ class TelemetryChatStorage(ChatStorageWrapper):
         self._destination = (
             "given" if tracer_provider is not None and not self._owned else exporter or "global"
         )
+        self.model = model
+        self._counter: Any = None
+        if tokens:
+            from storage.tokens import TokenCounter
+
+            try:
+                self._counter = TokenCounter(model)
+            except ConfigError as exc:
+                log.warning("otel: token counts unavailable: %s", exc)
         base = components(inner)[-1]
         self.telemetry_recorder = OtelRecorder(
             KeyHasher(secret, source=secret_source),
             _store_kind(base),
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
+            tokens=self._tokens,
         )
-        self.model = model
-        self._counter: Any = None
-        if tokens:
-            from summarizers.tokens import TokenCounter
-
-            try:
-                self._counter = TokenCounter(model)
-            except ConfigError as exc:
-                log.warning("otel: token counts unavailable: %s", exc)
 
     @contextmanager
     def _span(

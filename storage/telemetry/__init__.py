@@ -26,13 +26,13 @@ operations inside, whenever the stack has an ``otel`` layer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Protocol, TypeAlias
 
-from storage.message import ChatKey
+from storage.message import ChatKey, ChatMessage
 
 __all__ = [
     "NULL_SPAN",
@@ -86,6 +86,10 @@ class Recorder(Protocol):
         self, name: str, key: ChatKey | None, attributes: Mapping[str, AttributeValue]
     ) -> None:
         """Something happened: count it, and note it on the innermost open span."""
+        ...
+
+    def tokens(self, messages: Sequence[ChatMessage]) -> int | None:
+        """Tokens of ``messages`` for the recorder's model (``None``: not counted)."""
         ...
 
 

@@ -23,7 +23,7 @@ outcome, store, entity, never an id):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Final
@@ -32,7 +32,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Status, StatusCode
 
-from storage.message import ChatKey
+from storage.message import ChatKey, ChatMessage
 from storage.telemetry import AttributeValue
 from storage.telemetry.ids import KeyHasher
 
@@ -159,6 +159,7 @@ class OtelRecorder:
         tracer_provider: where spans go; ``None``: the global provider (the application's
             SDK setup, a no-op until it has one).
         meter_provider: where metrics go; ``None``: the global provider.
+        tokens: counts the tokens of messages (``None``: tokens are not counted).
     """
 
     def __init__(
@@ -168,8 +169,10 @@ class OtelRecorder:
         *,
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        tokens: Callable[[Sequence[ChatMessage]], int | None] | None = None,
     ) -> None:
         self.hasher = hasher
+        self._count_tokens = tokens
         self.store = store
         self.tracer = (
             trace.get_tracer(SCOPE)
@@ -242,6 +245,9 @@ class OtelRecorder:
         self._add_open(f"events.{name}", 1)
         current = trace.get_current_span()
         current.add_event(PREFIX + name, {PREFIX + k: v for k, v in attributes.items()})
+
+    def tokens(self, messages: Sequence[ChatMessage]) -> int | None:
+        return None if self._count_tokens is None else self._count_tokens(messages)
 
     # --- metrics when a span ends --------------------------------------------------------
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -26,7 +27,10 @@ from storage import ChatKey, ChatMessage, InvalidMessageError, open_storage
 from storage.abilities import RetentionStorage, find_ability
 from storage.config.stack import Stack
 from storage.layers.encrypting import new_master_key
+from storage.layers.otel import TelemetryChatStorage
+from storage.layers.summarizing import SummarizingChatStorage
 from storage.message import ToolCall
+from storage.stores.memory import InMemoryChatStorage
 from storage.telemetry import NULL_SPAN, migration, operation, recorder, recording, span
 from storage.telemetry.ids import KeyHasher
 from tests.paths import REPO
@@ -390,3 +394,170 @@ def test_a_cli_command_is_one_span_with_the_console_exporter(tmp_path: Path) -> 
     assert '"name": "chatlayers.scrub"' in done.stderr
     assert "chatlayers.operation.duration" in done.stderr  # metrics flushed at close
     assert EMAIL not in done.stderr
+
+
+# --- the summarizing layer's compactions and summarizer calls --------------------------------
+
+
+def parent_of(otel: Otel, child: ReadableSpan) -> ReadableSpan:
+    assert child.parent is not None
+    (found,) = [s for s in otel.finished() if s.context.span_id == child.parent.span_id]
+    return found
+
+
+async def test_inline_compactions_and_summarizer_calls(otel: Otel) -> None:
+    summarize = {"type": "summarize", "trigger_at": 2, "keep_last": 1}
+    async with stack(otel, summarize, {"type": "scrub"}) as chats:
+        for message in CONVERSATION:
+            await chats.save(KEY, message)
+            await chats.fetch(KEY)
+        layer = chats.find(SummarizingChatStorage)
+        assert layer is not None
+        calls = layer.summarizer_calls
+    assert calls > 0
+    calls_spans = otel.named("chatlayers.summarize")
+    assert len(calls_spans) == calls
+    compactions = otel.named("chatlayers.compaction")
+    installed = [c for c in compactions if c.attributes["chatlayers.outcome"] == "installed"]
+    assert installed
+    for compaction in installed:
+        a = compaction.attributes
+        assert (a["chatlayers.trigger"], a["chatlayers.mode"], a["chatlayers.kind"]) == (
+            "inline",
+            "store",
+            "summary",
+        )
+        assert a["chatlayers.user.hash"] == digest("user", KEY.user_id)
+        # (a summary of so short a conversation can hold more tokens than it replaces)
+        assert a["chatlayers.tokens.after"] > 0
+        assert a["chatlayers.tokens.before"] > 0
+        assert a["chatlayers.messages.after"] < a["chatlayers.messages.before"]
+        assert parent_of(otel, compaction).name in ("chatlayers.save", "chatlayers.fetch")
+    for call in calls_spans:
+        assert parent_of(otel, call).name == "chatlayers.compaction"
+        a = call.attributes
+        assert a["chatlayers.outcome"] == "ok"
+        assert a["chatlayers.summarizer"] == "ExtractiveSummarizer"
+        assert a["chatlayers.messages.result"] <= a["chatlayers.messages"]
+        assert a["chatlayers.tokens.view"] > 0
+    assert otel.counter("chatlayers.summarizer.calls", **{"chatlayers.outcome": "ok"}) == calls
+    assert otel.counter("chatlayers.compactions", **{"chatlayers.outcome": "installed"}) == len(
+        installed
+    )
+    (latency,) = otel.metric_points()["chatlayers.summarizer.duration"]
+    assert latency.count == calls
+
+
+async def test_background_summaries_report_under_the_save_that_scheduled_them(
+    otel: Otel,
+) -> None:
+    summarize = {"type": "summarize", "trigger_at": 2, "keep_last": 1, "background": True}
+    async with stack(otel, summarize) as chats:
+        layer = chats.find(SummarizingChatStorage)
+        assert layer is not None
+        for message in CONVERSATION:
+            await chats.save(KEY, message)
+            await chats.fetch(KEY)
+        await layer.drain()
+        calls = layer.summarizer_calls
+    compactions = otel.named("chatlayers.compaction")
+    assert compactions
+    assert {c.attributes["chatlayers.trigger"] for c in compactions} == {"background"}
+    # The task inherited the context of the save or fetch that scheduled it.
+    assert {parent_of(otel, c).name for c in compactions} <= {
+        "chatlayers.save",
+        "chatlayers.fetch",
+    }
+    assert len(otel.named("chatlayers.summarize")) == calls > 0
+
+
+async def test_failed_and_timed_out_summarizer_calls(otel: Otel) -> None:
+    async def failing(history: list[ChatMessage], keep_last: int) -> list[ChatMessage]:
+        raise RuntimeError(f"the model refused {EMAIL}")
+
+    async def slow(history: list[ChatMessage], keep_last: int) -> list[ChatMessage]:
+        await anyio.sleep(10)
+        return history
+
+    for summarizer, outcome in ((failing, "error"), (slow, "timeout")):
+        layer = SummarizingChatStorage(
+            InMemoryChatStorage(),
+            summarizer,
+            trigger_at=1,
+            keep_last=1,
+            on_error="fallback",
+            timeout=0.05,
+        )
+        chats = TelemetryChatStorage(
+            layer,
+            secret=SECRET,
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+        )
+        for message in CONVERSATION[5:9]:
+            await chats.save(KEY, message)
+        await chats.fetch(KEY)  # activation: the call fails, the raw view is served
+        await chats.aclose()
+        (call,) = [
+            s
+            for s in otel.named("chatlayers.summarize")
+            if s.attributes["chatlayers.outcome"] == outcome
+        ]
+        assert not call.status.is_ok
+        compaction = parent_of(otel, call)
+        assert compaction.attributes["chatlayers.outcome"] == "error"
+        assert otel.counter("chatlayers.summarizer.calls", **{"chatlayers.outcome": outcome}) == 1
+    for value in exported_strings(otel):
+        assert EMAIL not in value  # not even from the summarizer's error message
+
+
+async def test_memory_summaries_and_a_manual_compaction_inside_a_command(otel: Otel) -> None:
+    summarize = {"type": "summarize", "trigger_at": 2, "keep_last": 1, "summaries": "memory"}
+    async with stack(otel, summarize) as chats:
+        for message in CONVERSATION:
+            await chats.save(KEY, message)
+        await chats.fetch(KEY)
+        layer = chats.find(SummarizingChatStorage)
+        assert layer is not None
+        with operation(chats, "command", command="compact"):
+            await layer.compact(KEY, summary=ChatMessage("system", "A summary written by hand."))
+    modes = {c.attributes["chatlayers.mode"] for c in otel.named("chatlayers.compaction")}
+    assert modes == {"memory"}
+    manual = [
+        c
+        for c in otel.named("chatlayers.compaction")
+        if c.attributes["chatlayers.trigger"] == "manual"
+    ]
+    assert len(manual) == 1
+    assert manual[0].attributes["chatlayers.kind"] == "given"
+    assert manual[0].attributes["chatlayers.outcome"] == "installed"
+    assert parent_of(otel, manual[0]).name == "chatlayers.command"
+
+
+async def test_a_second_worker_serves_the_first_workers_checkpoints_without_a_call(
+    otel: Otel, tmp_path: Path
+) -> None:
+    other = Otel(InMemorySpanExporter(), InMemoryMetricReader(), TracerProvider(), None)  # type: ignore[arg-type]
+    other.tracer_provider.add_span_processor(SimpleSpanProcessor(other.spans))
+    other.meter_provider = MeterProvider(metric_readers=[other.metrics])
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    summarize = {"type": "summarize", "trigger_at": 2, "keep_last": 1}
+    async with (
+        stack(otel, summarize, store=url) as first,
+        stack(other, summarize, store=url) as second,
+    ):
+        for message in CONVERSATION[:5]:
+            await first.save(KEY, message)
+        await first.fetch(KEY)  # the first worker summarizes (and from now on, at each save)
+        await second.fetch(KEY)  # the second loads its checkpoint
+        for message in CONVERSATION[5:]:
+            await first.save(KEY, message)  # the first worker summarizes, storing checkpoints
+        await second.fetch(KEY)  # the second reads them back
+    made = otel.counter("chatlayers.compactions", **{"chatlayers.outcome": "installed"})
+    assert made > 0
+    assert otel.counter("chatlayers.summarizer.calls") > 0
+    assert other.named("chatlayers.summarize") == []
+    assert other.counter("chatlayers.summarizer.calls") == 0
+    last = other.named("chatlayers.fetch")[-1]
+    assert last.attributes["chatlayers.summarized"] is True
+    assert last.attributes["chatlayers.user.hash"] == digest("user", KEY.user_id)  # correlated
