@@ -30,6 +30,7 @@ from storage.abilities import (
 )
 from storage.config import Stack
 from storage.config.registry import Registry
+from storage.layers.otel import TelemetryChatStorage
 from storage.layers.payload import PayloadLayer
 from storage.layers.strict import StrictViewChatStorage
 from storage.layers.summarizing import SummarizingChatStorage
@@ -108,6 +109,7 @@ LAYERS: dict[str, Any] = {
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
     "strict": lambda inner: StrictViewChatStorage(inner),
+    "otel": lambda inner: TelemetryChatStorage(inner, secret="s"),
 }
 
 

@@ -78,6 +78,13 @@ class TestSQLite(BuiltinSuite):
     name = "sqlite"
 
 
+class TestOtelSQLite(BuiltinSuite):
+    """The otel layer outermost over the production layering, on the default store."""
+
+    name = "sqlite"
+    layerings = ("otel::summarize::scrub",)
+
+
 class TestJsonl(BuiltinSuite):
     name = "jsonl"
 
