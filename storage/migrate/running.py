@@ -30,6 +30,7 @@ from storage.migrate.copying import BATCH, KeyCopy, sync_key
 from storage.migrate.journal import Journal, Mark
 from storage.migrate.sides import Side, key_order, record_side
 from storage.protocol import ChatStorage
+from storage.telemetry import migration
 
 __all__ = ["MigrationReport", "check_sides", "migrate"]
 
@@ -142,16 +143,23 @@ async def migrate(
         on_keys(len(keys))
     limiter = anyio.CapacityLimiter(max(1, concurrency))
 
-    async def copy(key: ChatKey) -> None:
-        async with limiter:
-            done = await sync_key(src, tgt, key, batch=batch)
-        report.add(done)
-        if on_key is not None:
-            on_key(done)
+    with migration(source, target) as span:
 
-    async with anyio.create_task_group() as tg:
-        for key in keys:
-            tg.start_soon(copy, key)
+        async def copy(key: ChatKey) -> None:
+            async with limiter:
+                done = await sync_key(src, tgt, key, batch=batch)
+            report.add(done)
+            span.add("conversations", 1)
+            span.add("messages", done.messages_copied)
+            span.add("checkpoints", int(done.checkpoint_copied))
+            span.add("records", done.records_copied)
+            span.add("skipped", done.messages - done.messages_copied)
+            if on_key is not None:
+                on_key(done)
+
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(copy, key)
     for mark, version in marks:
         if await _journal(source, journal).clear(mark, version):
             report.marks_repaired += 1

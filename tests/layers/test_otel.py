@@ -268,6 +268,25 @@ async def test_migration_helper_wraps_the_copy_in_one_span(otel: Otel) -> None:
         assert nothing is NULL_SPAN
 
 
+async def test_migrate_reports_one_migration_span_with_what_it_copied(otel: Otel) -> None:
+    """``storage.migrate.migrate`` into an ``otel::`` target: one span, counted copies."""
+    from storage.migrate import migrate
+
+    source = open_storage("memory://")
+    async with source, stack(otel) as target:
+        await source.save_messages(KEY, CONVERSATION[5:7])
+        await source.save_messages(ChatKey("u2", "s", "a"), CONVERSATION[5:6])
+        report = await migrate(source, target)
+        again = await migrate(source, target)
+    assert report.messages_copied == 3
+    assert again.messages_copied == 0
+    first, second = otel.named("chatlayers.migration")
+    assert first.attributes["chatlayers.conversations"] == 2
+    assert first.attributes["chatlayers.messages"] == 3
+    assert second.attributes["chatlayers.skipped"] == 3
+    assert otel.counter("chatlayers.migrated.messages") == 3
+
+
 async def test_without_a_recorder_the_hook_does_nothing(otel: Otel) -> None:
     assert recorder() is None
     assert span("summarize", KEY, messages=3) is NULL_SPAN
