@@ -34,7 +34,7 @@ def test_precision_and_recall_bars(stats: dict[str, dict[str, int]], entity: str
 
 # --- issue 14.6: free-text rules, on the Presidio sample and on our airline labels ----------
 
-# Bars a little under what the rules reach (see the README's table), so a regression fails.
+# Bars a little under what the rules reach (see the table in docs/pii.md), so a regression fails.
 FREE_TEXT_BARS = {  # entity: (min precision, min recall) against the Presidio gold type
     "DATE_OF_BIRTH": (0.95, 0.05),  # Presidio's DATE_TIME is every date: few are births
     "STREET_ADDRESS": (0.95, 0.48),
