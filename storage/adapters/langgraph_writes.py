@@ -56,6 +56,10 @@ INTERRUPT: Final = "__interrupt__"
 RESUME: Final = "__resume__"
 VALUE_CHANNELS: Final = (START, TASKS)
 
+# A pending write's messages get their time when the channel is saved; a fixed one here keeps
+# the packed value (and so the record id) the same on a retried call.
+_NO_TIME: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
 log = logging.getLogger(__name__)
 
 
@@ -71,7 +75,7 @@ def _pack(value: Any, found: list[bool]) -> Any:
         found[0] = True
         message = to_chat_message(value)
         if message.created_at is None:
-            message = with_created_at(message, datetime.now(UTC))
+            message = with_created_at(message, _NO_TIME)
         return {"message": json.loads(encode(message))}
     if isinstance(value, Overwrite):
         return {"overwrite": _pack(value.value, found)}
