@@ -43,7 +43,7 @@ from typing import Any, Final, Self
 
 import anyio
 
-from storage.abilities import RecordStorage, find_ability
+from storage.abilities import ConversationRecord, RecordStorage, find_ability
 from storage.adapters import missing_extra
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
@@ -259,6 +259,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """The inner saver's checkpoints, newest first, each with the messages it held."""
         stored: dict[ChatKey, dict[str, ChatMessage]] = {}
+        carried: dict[ChatKey, dict[str, ConversationRecord]] = {}
         async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
             key = self._key(tup.config, config)
             if key is None:
@@ -266,7 +267,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
                 continue
             if key not in stored:
                 stored[key] = await self._stored(key)
-            yield self._at_checkpoint(await self._carried.read(key, tup), stored[key])
+            yield self._at_checkpoint(await self._carried.read(key, tup, carried), stored[key])
 
     async def aput(
         self,

@@ -190,18 +190,30 @@ class Carried:
         refs = await self._move(key, where, moving) if moving else {}
         return {**values, **refs} if refs else dict(values)
 
-    async def read(self, key: ChatKey, tup: CheckpointTuple) -> CheckpointTuple:
+    async def read(
+        self,
+        key: ChatKey,
+        tup: CheckpointTuple,
+        cache: dict[ChatKey, dict[str, ConversationRecord]] | None = None,
+    ) -> CheckpointTuple:
         """``tup`` with every reference in its channel values and pending writes replaced by
         the value read back from the stack; a value whose record is gone (erased) or cannot
-        be read is left out, with a warning."""
+        be read is left out, with a warning. ``cache`` keeps each thread's records across
+        calls (one read for a whole ``alist``)."""
         values = tup.checkpoint["channel_values"]
         pending = tup.pending_writes or []
         if self.records is None or not (
             any(is_ref(v) for v in values.values()) or any(is_ref(v) for _, _, v in pending)
         ):
             return tup
-        found = await self.records.fetch_records(key, kind=WRITES_KIND)
-        by_id = {r.id: r for r in found}
+        wanted = {v[REF] for v in values.values() if is_ref(v)}
+        wanted.update(v[REF] for _, _, v in pending if is_ref(v))
+        by_id = None if cache is None else cache.get(key)
+        if by_id is None or not wanted <= by_id.keys():  # none cached, or stored since
+            found = await self.records.fetch_records(key, kind=WRITES_KIND)
+            by_id = {r.id: r for r in found}
+            if cache is not None:
+                cache[key] = by_id
         missing = object()
 
         def back(ref: dict[str, Any]) -> Any:

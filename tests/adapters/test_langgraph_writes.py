@@ -191,6 +191,32 @@ def test_an_interrupted_agent_leaves_no_pii_in_the_inner_saver_and_resumes_elsew
     assert leaks(db) == []
 
 
+def history(agent: Any) -> list[Any]:
+    """Each checkpoint's next nodes and its tasks' results and interrupts (the pending
+    writes), tool results' random ids left out."""
+
+    def result(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return [(m.type, m.content, getattr(m, "tool_call_id", None)) for m in value["messages"]]
+
+    return [
+        (s.next, [(t.name, result(t.result), [i.value for i in t.interrupts]) for t in s.tasks])
+        for s in agent.get_state_history(CONFIG)
+    ]
+
+
+def test_state_history_of_an_interrupted_run_as_in_memory_saver(tmp_path: Path) -> None:
+    native = make_agent(InMemorySaver())
+    with SyncChatStorage(InMemoryChatStorage()) as chats:
+        ours = make_agent(ChatlayersCheckpointer(chats, inner=FileSaver(tmp_path / "s")))
+        for agent in (native, ours):
+            agent.invoke({"messages": [HumanMessage(f"I am {EMAIL}", id="h1")]}, CONFIG)
+        expected = history(native)
+        assert any(r for _, tasks in expected for _, r, _ in tasks)  # writes are pending
+        assert history(ours) == expected
+
+
 async def a_checkpoint(saver: ChatlayersCheckpointer) -> Any:
     """The config of a new empty checkpoint of the thread, as LangGraph passes it to
     ``put_writes`` (the run's ``configurable``, with the checkpoint's id)."""
