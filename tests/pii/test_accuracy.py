@@ -3,6 +3,8 @@ shipped labelled samples (speed is measured only in ``benchmarks/pii_accuracy.py
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from benchmarks.pii_accuracy import (
@@ -71,14 +73,14 @@ def test_free_text_bars_on_presidio_sample(
 
 
 @pytest.fixture(scope="module")
-def airline() -> dict[str, dict[str, dict[str, dict[str, object]]]]:
+def airline() -> dict[str, dict[str, dict[str, Any]]]:
     setups = airline_setups(recognizer=None)
     return {name: score_airline(setups[name]) for name in AIRLINE_RECALL_BARS}
 
 
 @pytest.mark.parametrize("setup", list(AIRLINE_RECALL_BARS))
 def test_airline_recall_and_precision_bars(
-    airline: dict[str, dict[str, dict[str, dict[str, int]]]], setup: str
+    airline: dict[str, dict[str, dict[str, Any]]], setup: str
 ) -> None:
     result = airline[setup]
     for entity, bar in AIRLINE_RECALL_BARS[setup].items():
