@@ -96,8 +96,8 @@ async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_pa
         name = fetched[at].rsplit("-", 1)[0]
         assert fetched[at : at + 4] == [f"{name}-{i}" for i in range(4)], at
     order = [fetched[at].rsplit("-", 1)[0] for at in range(0, len(fetched), 4)]
-    for p in range(2):
-        assert [n for n in order if n.startswith(f"p{p}-")] == [f"p{p}-t{t}" for t in range(turns)]
+    for w in range(2):
+        assert [n for n in order if n.startswith(f"p{w}-")] == [f"p{w}-t{t}" for t in range(turns)]
     switches = sum(a[:2] != b[:2] for a, b in itertools.pairwise(order))
     assert switches > 1  # the two really wrote at the same time
     # commit order: a turn whose save returned before another's began comes first

@@ -86,7 +86,7 @@ part_strategy = st.one_of(
     st.sampled_from(HOSTILE),
     st.text(
         # Lone surrogates are refused by ChatKey itself (issue 11 item 2).
-        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+        st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
         min_size=1,
         max_size=40,
     ),
