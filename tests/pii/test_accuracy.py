@@ -1,5 +1,5 @@
-"""The accuracy bars of issue 3 (structured PII) and issue 14.6 (free-text rules) on the
-shipped labelled samples (speed is measured only in ``benchmarks/pii_accuracy.py``)."""
+"""The accuracy bars of the structured PII rules and of the free-text rules on the shipped labelled
+samples (speed is measured only in ``benchmarks/pii_accuracy.py``)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_precision_and_recall_bars(stats: dict[str, dict[str, int]], entity: str
     assert row["found"] / row["gold"] >= min_recall, row["fn"]
 
 
-# --- issue 14.6: free-text rules, on the Presidio sample and on our airline labels ----------
+# --- free-text rules, on the Presidio sample and on our airline labels ----------------------
 
 # Bars a little under what the rules reach (see the README's table), so a regression fails.
 FREE_TEXT_BARS = {  # entity: (min precision, min recall) against the Presidio gold type

@@ -1,5 +1,5 @@
-"""Issue 14.6: dates of birth, street addresses and ZIP codes, in free text and in JSON fields
-whose key names them; and no detection on the non-PII text of an airline chat."""
+"""Free-text PII rules: dates of birth, street addresses and ZIP codes, in free text and in JSON
+fields whose key names them; and no detection on the non-PII text of an airline chat."""
 
 from __future__ import annotations
 

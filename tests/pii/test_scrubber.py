@@ -133,7 +133,7 @@ def test_tool_result_json(scrubber: PIIScrubber) -> None:
     assert isinstance(out.content, str)
     parsed = json.loads(out.content)
     assert entities(parsed["user"]["email"]) == ["EMAIL_ADDRESS"]
-    assert entities(parsed["user"]["dob"]) == ["DATE_OF_BIRTH"]  # its key names it (14.6)
+    assert entities(parsed["user"]["dob"]) == ["DATE_OF_BIRTH"]  # its key names it
     assert parsed["user"]["id"] == "mia_li_3668"
 
 

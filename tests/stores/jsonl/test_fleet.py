@@ -1,7 +1,7 @@
-"""JSONL store in production shapes: several processes on one directory (issue 11 item 4:
-concurrent turns stay contiguous, in commit order, and a tailing reader skips nothing; issue
-12 item 4: one lease and one checkpoint win across processes), and kill -9 in the middle of
-writes to the new sidecars (checkpoints, leases, records, rewrites)."""
+"""JSONL store in production shapes: several processes on one directory (concurrent turns stay
+contiguous, in commit order, and a tailing reader skips nothing; one lease and one checkpoint win
+across processes), and kill -9 in the middle of writes to the new sidecars (checkpoints, leases,
+records, rewrites)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def spawn(code: str, *args: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env)
 
 
-# --- concurrent turns (issue 11 item 4) --------------------------------------------------------
+# --- concurrent turns --------------------------------------------------------------------------
 
 TURNS_WORKER = r"""
 import json, os, sys, time
@@ -112,7 +112,7 @@ async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_pa
     await store.aclose()
 
 
-# --- one lease, one checkpoint across processes (issue 12 item 4) -----------------------------
+# --- one lease, one checkpoint across processes -----------------------------------------------
 
 RACE_WORKER = r"""
 import os, sys, time

@@ -1,4 +1,4 @@
-"""Issue 11.5 on Redis: after delete / delete_user no key on the server holds the erased text.
+"""Erasure on Redis: after delete / delete_user no key on the server holds the erased text.
 
 Every key of every node is read back (SCAN, then DUMP and a type-aware read of each value,
 since DUMP may compress long strings), and the erased text must appear nowhere: not in
