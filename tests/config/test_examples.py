@@ -109,6 +109,7 @@ async def test_staging_config_on_a_real_redis(
     async with open_storage(CONFIGS / "staging.toml") as stack:
         await stack.save(key, ChatMessage("user", "write to ada@example.org"))
         (stored,) = await stack.fetch(key)
+        assert isinstance(stored.content, str)
         assert "ada@example.org" not in stored.content
         assert "<EMAIL_ADDRESS_" in stored.content
         await stack.delete_user(key.user_id)
@@ -126,6 +127,7 @@ async def test_production_config_on_a_real_postgres(
         # A short history: pure delegation, so no LLM is called.
         await stack.save(key, ChatMessage("user", "I am Ada Lovelace, call +1 415 555 0100"))
         (stored,) = await stack.fetch(key)
+        assert isinstance(stored.content, str)
         assert "Ada Lovelace" not in stored.content
         assert "<PERSON_" in stored.content
         await stack.delete_user(key.user_id)

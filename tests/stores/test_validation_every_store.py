@@ -1,4 +1,4 @@
-"""Issue 11.2: one rule for keys and text on every store, and bounded nesting.
+"""One rule for keys and text on every store, and bounded nesting.
 
 A lone surrogate (``"\\ud800"``) anywhere - a key part, ``name``, ``tool_call_id``, content,
 a part's text or key, a tool call, metadata, an extra field - is refused with

@@ -283,7 +283,9 @@ async def test_config_by_url_and_toml(tmp_path: Path, monkeypatch: pytest.Monkey
         layer = stack.find(MirrorChatStorage)
         assert layer is not None
         assert layer.secondary_name.startswith("scrub?secret=***::sqlite:")  # redacted
-        assert record_side(layer.secondary).storage is not layer.secondary.base  # scrubbed
+        mirrored = layer.secondary
+        assert isinstance(mirrored, Stack)  # built from its URL
+        assert record_side(mirrored).storage is not mirrored.base  # scrubbed
 
 
 async def test_config_by_dict_and_env_redacts_the_password(
