@@ -26,7 +26,9 @@ from storage.errors import InvalidArgumentError, SummarizerError
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import BaseViews
 from storage.layers.summarizing.calling import run_summarizer
-from storage.layers.summarizing.cutting import PINNED_ROLES, mark_verbatim, source_form
+from storage.layers.summarizing.clearing import Stage
+from storage.layers.summarizing.compaction import Compaction
+from storage.layers.summarizing.cutting import PINNED_ROLES, Work, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import leading_summaries, serve, start_right
@@ -93,6 +95,7 @@ class MemoryViews(BaseViews[MemoryState]):
         super().__init__(options, policy, states, summarizer, background)
         self.inner = inner
         self._explicit = attrs.evolve(policy, on_error="raise")  # compact() always raises
+        self.compaction = Compaction(options, policy, self.counts)
         self._compaction_seq = itertools.count(1)  # the view versions
 
     def version(self, key: ChatKey) -> str:
@@ -169,20 +172,33 @@ class MemoryViews(BaseViews[MemoryState]):
         *,
         activation: bool,
         policy: Policy | None = None,
+        summarize: bool = False,
     ) -> None:
-        """Run the summarizer on ``source``; called with ``state.lock`` held and
+        """Compact ``source``: the no-model steps, then the summarizer when they do not make
+        the view fit (``summarize``: always). Called with ``state.lock`` held and
         ``state.summarizing`` already set (so no save can slip between snapshot and call).
         ``policy``: what a failure does (default: the layer's)."""
         policy = policy or self.policy
         accepted: list[ChatMessage] | None = None
-        self.counts.summarizer_calls += 1
         # The leading system prompt is pinned: never summarized, first in every view.
         pinned = pinned_of(source)
         body = source[1:] if pinned is not None else source
+        work = _work_of(pinned, body)
+        compaction = self.compaction
+        stages = compaction.stages(work)
+        made: Stage | None = None  # the step that makes the view fit: no summarizer call
+        if stages:
+            if not summarize:
+                made = compaction.lightened(state, work, stages)
+            body = [*work.prior, *stages[-1].items]  # the summarizer reads less
         try:
-            accepted = await run_summarizer(
-                self.summarizer, body, self.options.keep_last, self.options.timeout
-            )
+            if made is not None:
+                accepted = [*work.prior, *made.items]
+            else:
+                self.counts.summarizer_calls += 1
+                accepted = await run_summarizer(
+                    self.summarizer, body, self.options.keep_last, self.options.timeout
+                )
         except BaseException as exc:
             self.counts.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -198,7 +214,11 @@ class MemoryViews(BaseViews[MemoryState]):
             if accepted is not None:
                 policy.succeeded(state)
                 install(state, pinned, accepted, late)
-                if accepted != body:  # an unchanged view: nothing could be summarized
+                # An unchanged view: nothing could be summarized (the steps' view, if any).
+                step = made or (stages[-1] if stages and accepted == body else None)
+                if step is not None:
+                    compaction.count(step.step)
+                if step is not None or accepted != body:
                     self.counts.summaries_made += 1
                     state.compactions = next(self._compaction_seq)
                 policy.settle(state)
@@ -236,6 +256,17 @@ class MemoryViews(BaseViews[MemoryState]):
             else:
                 state.summarizing = True
                 state.pending = []
-                await self._summarize(state, key, messages, activation=True, policy=self._explicit)
+                await self._summarize(
+                    state, key, messages, activation=True, policy=self._explicit, summarize=True
+                )
             assert state.view is not None
             return list(state.view)
+
+
+def _work_of(pinned: ChatMessage | None, body: Sequence[ChatMessage]) -> Work:
+    """A memory-mode compaction's work: the prior summary at the start of ``body`` (the
+    summarizer source after the pinned prompt), then every message after it (none carried:
+    the whole view is in memory)."""
+    prior = leading_summaries(body)
+    items = tuple(body[prior:])
+    return Work(pinned, tuple(body[:prior]), items, (0,) * len(items), 0, 0)

@@ -220,7 +220,9 @@ class StoreViews(BaseViews[StoreState]):
                 base_version = state.cp_version
                 epoch = state.head.epoch
             calls = self.counts.summarizer_calls
-            made = await compaction.compose(state, work, self.summarizer, self.summarizer_name)
+            made = await compaction.compose(
+                state, work, self.summarizer, self.summarizer_name, summarize=force
+            )
             if made is None or (made[1] <= covers and made[0] == head):
                 if self.counts.summarizer_calls != calls:
                     # The summarizer kept everything: wait for new material (this process
