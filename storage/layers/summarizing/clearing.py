@@ -10,7 +10,8 @@ each on the tool results older than the last ``keep_turns`` turns:
    (``"cancelled"`` where the summary says ``active``) is never cleared;
 2. ``"collapse"`` (:func:`collapse_repeated_reads`): a result of a call made again later in
    the view (the same tool, the same arguments, JSON compared by value) becomes
-   :data:`COLLAPSED`; the newest result stays as it is;
+   :data:`COLLAPSED` when each of its facts is in the newest result or the summary (an
+   older price is never lost); the newest result stays as it is;
 3. ``"trim"`` (:mod:`.trimming`, when ``trim_tool_results`` is set): a long result is cut to
    head and tail.
 
@@ -158,12 +159,15 @@ def _call_key(call: ToolCall) -> tuple[str, str]:
 
 
 def collapse_repeated_reads(
-    messages: Sequence[ChatMessage], *, keep_turns: int
+    messages: Sequence[ChatMessage], summary: Iterable[ChatMessage] = (), *, keep_turns: int
 ) -> list[ChatMessage]:
     """``messages`` with each tool result older than the last ``keep_turns`` turns whose call
-    is made again later (the same tool and arguments) replaced by :data:`COLLAPSED`; the
-    newest result of each call stays. Unchanged messages are the same objects."""
+    is made again later (the same tool and arguments) replaced by :data:`COLLAPSED`, when
+    every fact it states is in the newest result of that call or in ``summary`` (the summary
+    messages the view starts with); the newest result of each call stays. Unchanged messages
+    are the same objects."""
     out = list(messages)
+    known = extract_facts("\n".join(m.text for m in summary))
     calls: dict[str, ToolCall] = {}  # the open calls by id (a reused id means the newest)
     keys: list[tuple[str, str] | None] = []
     for message in out:
@@ -180,9 +184,11 @@ def collapse_repeated_reads(
         message = out[index]
         if key is None or newest[key] == index or cleared_reason(message) is not None:
             continue
-        shown = len(_text_of(message) or message.text)
-        kept = out[newest[key]].id
-        out[index] = _cleared(message, COLLAPSED, shown, reason="repeated", newer=kept)
+        text = _text_of(message) or message.text
+        kept = out[newest[key]]
+        if not extract_facts(text) <= extract_facts(kept.text) | known:
+            continue  # it says something the newest result does not: kept
+        out[index] = _cleared(message, COLLAPSED, len(text), reason="repeated", newer=kept.id)
     return out
 
 
@@ -227,7 +233,8 @@ def lighten(
     steps: list[tuple[Step, list[ChatMessage]]] = []
     if clear:
         steps.append(("clear", clear_known_results(current, summary, keep_turns=keep_turns)))
-        steps.append(("collapse", collapse_repeated_reads(steps[-1][1], keep_turns=keep_turns)))
+        cleared = steps[-1][1]
+        steps.append(("collapse", collapse_repeated_reads(cleared, summary, keep_turns=keep_turns)))
     if trim_chars is not None:
         before = steps[-1][1] if steps else current
         steps.append(

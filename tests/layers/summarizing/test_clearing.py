@@ -153,24 +153,30 @@ def test_a_result_is_cleared_only_when_the_summary_says_all_it_says() -> None:
 
 
 def test_older_results_of_a_repeated_call_are_collapsed_the_newest_kept() -> None:
+    older_price = json.dumps({"reservation_id": "H9ZU1C", "price": 999})
     messages = [
         ChatMessage("user", "look"),
         *read(1, reservation()),
         *read(2, reservation(), '{ "reservation_id" : "H9ZU1C" }'),  # the same arguments
         *read(3, "other", '{"reservation_id": "ZZ0000"}'),  # other arguments
+        *read(4, older_price),  # a fact the newest result does not state
         ChatMessage("user", "again"),
-        *read(4, reservation("cancelled")),  # the newest read, in the last turn
+        *read(5, reservation("cancelled")),  # the newest read, in the last turn
     ]
     out = collapse_repeated_reads(messages, keep_turns=1)
     assert [m.content for m in out if m.role == "tool"] == [
         COLLAPSED,
         COLLAPSED,
         "other",
+        older_price,
         reservation("cancelled"),
     ]
     assert out[2].metadata["chatlayers"]["newer"] == messages[-1].id
     assert out[2].metadata["chatlayers"]["cleared"] == "repeated"
     check_tool_pairs(out)
+    # The summary holding that fact, it goes too.
+    with_price = collapse_repeated_reads(messages, [summary_of("price $999")], keep_turns=1)
+    assert with_price[8].content == COLLAPSED
     # Nothing changes when the repeat is inside the protected turns only.
     assert collapse_repeated_reads(messages, keep_turns=3) == messages
 
@@ -352,17 +358,22 @@ async def test_an_explicit_compaction_summarizes_and_the_option_turns_the_steps_
 RECORDS = ["H9ZU1C", "K2LM8P", "Q0ZF0J"]
 
 
-def record(ident: str, status: str) -> str:
+def record(ident: str, status: str, change: int) -> str:
     flights = [
         {"flight_number": f"HAT{ord(ident[0]) + i}", "date": f"2024-06-{10 + i}", "price": 90 + i}
         for i in range(4)
     ]
+    flights[0]["price"] += 100 * change  # a new price: a new fact
     return json.dumps({"reservation_id": ident, "status": status, "flights": flights})
 
 
 turn_spec = st.tuples(
     st.integers(0, 1),  # who saves the turn: store-mode instance 0 or 1
-    st.lists(st.tuples(st.sampled_from(RECORDS), st.sampled_from(["active", "cancelled"]))),
+    st.lists(
+        st.tuples(
+            st.sampled_from(RECORDS), st.sampled_from(["active", "cancelled"]), st.integers(0, 1)
+        )
+    ),
     st.booleans(),  # a long answer
 )
 
@@ -393,11 +404,13 @@ def check_view(view: list[ChatMessage]) -> None:
     trim=st.sampled_from([None, 200]),
 )
 def test_property_a_compaction_never_drops_a_raw_fact(
-    turns: list[tuple[int, list[tuple[str, str]], bool]], trigger: int, trim: int | None
+    turns: list[tuple[int, list[tuple[str, str, int]], bool]], trigger: int, trim: int | None
 ) -> None:
     """Whatever the traffic: the raw record is what was saved, every view is valid, a result
     cleared as held by the summary has every fact in the summary, a collapsed one's newer
-    result is in the view, and every instance over the store serves the same view."""
+    result is in the view and with the summary states every fact it stated (unless trimming,
+    which cuts text by design, ran first), and every instance over the store serves the same
+    view."""
 
     async def run() -> None:
         store, memory_store = InMemoryChatStorage(), InMemoryChatStorage()
@@ -413,10 +426,11 @@ def test_property_a_compaction_never_drops_a_raw_fact(
         await layers[2].save(KEY, SYSTEM)
         for n, (who, reads, long) in enumerate(turns):
             batch = [ChatMessage("user", f"Turn {n}: what about my trips?")]
-            for k, (ident, status) in enumerate(reads):
+            for k, (ident, status, change) in enumerate(reads):
                 call = ToolCall(f"c{n}_{k}", "get_reservation_details", json.dumps({"id": ident}))
                 batch.append(ChatMessage("assistant", None, (call,)))
-                batch.append(ChatMessage("tool", record(ident, status), tool_call_id=call.id))
+                result = record(ident, status, change)
+                batch.append(ChatMessage("tool", result, tool_call_id=call.id))
             batch.append(
                 ChatMessage("assistant", f"Answer {n}. " + "Noted. " * (60 if long else 3))
             )
@@ -430,12 +444,15 @@ def test_property_a_compaction_never_drops_a_raw_fact(
                 check_view(view)
                 ids = {m.id for m in view}
                 summary = extract_facts(view[0].text) if view[0].is_summary else frozenset()
-                for message in view:
+                for message in view if trim is None else ():  # trimming cuts facts
                     reason = cleared_reason(message)
                     if reason == "summary":
                         assert extract_facts(by_id[message.id].text) <= summary
                     elif reason == "repeated":
-                        assert message.metadata["chatlayers"]["newer"] in ids
+                        newer = message.metadata["chatlayers"]["newer"]
+                        assert newer in ids
+                        kept = extract_facts(by_id[newer].text) | summary
+                        assert extract_facts(by_id[message.id].text) <= kept
             raw = await store.fetch(KEY)
             assert [(m.id, m.content) for m in raw] == [(m.id, m.content) for m in saved]
         views = [await layer.fetch(KEY) for layer in (layers[0], layers[1], make(store))]
