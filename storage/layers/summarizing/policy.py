@@ -109,7 +109,7 @@ class Policy:
         def measure(message: ChatMessage) -> int:
             marker = message.metadata.get("chatlayers")
             if marker and marker.get("trimmed_chars"):  # a trimmed or cleared copy keeps its id
-                how = "cleared" if marker.get("cleared") else "trimmed"
+                how = marker.get("cleared") or "trimmed"  # the reason names the text
                 return counter.count(message, f"{message.id}\x00{how}")
             if marker and marker.get("summary"):  # a header keeps the prompt's id
                 return counter.count(message, f"{message.id}\x00{hash(message.text)}")

@@ -208,6 +208,23 @@ def test_the_steps_run_in_order_and_a_cleared_result_is_never_trimmed_again() ->
     assert lighten([LEDGER], messages, keep_turns=1, clear=False, trim_chars=None) == []
 
 
+def test_a_cleared_copy_is_counted_as_its_own_text() -> None:
+    from storage.layers.summarizing.options import SummarizingOptions
+    from storage.layers.summarizing.policy import Policy
+
+    layer = SummarizingChatStorage(InMemoryChatStorage(), trigger_tokens=1000)
+    options: SummarizingOptions = layer._options
+    measure = Policy.of(options).message_size()
+    assert measure is not None
+    messages = [ChatMessage("user", "go"), *read(1, reservation()), *read(2, reservation())]
+    raw = measure(messages[2])
+    trimmed = trim_tool_results(messages, keep_turns=0, max_chars=100)[2]
+    collapsed = collapse_repeated_reads(messages, keep_turns=0)[2]
+    cleared = clear_known_results(messages, [LEDGER], keep_turns=0)[2]
+    sizes = [measure(m) for m in (trimmed, collapsed, cleared)]
+    assert raw > sizes[0] > sizes[1] > sizes[2]  # one id, four texts, four counts
+
+
 # --- through the layer -----------------------------------------------------------------------
 
 
