@@ -167,7 +167,7 @@ def collapse_repeated_reads(
     messages the view starts with); the newest result of each call stays. Unchanged messages
     are the same objects."""
     out = list(messages)
-    known = extract_facts("\n".join(m.text for m in summary))
+    known: frozenset[str] | None = None  # the summary's facts, read when first needed
     calls: dict[str, ToolCall] = {}  # the open calls by id (a reused id means the newest)
     keys: list[tuple[str, str] | None] = []
     for message in out:
@@ -186,6 +186,8 @@ def collapse_repeated_reads(
             continue
         text = _text_of(message) or message.text
         kept = out[newest[key]]
+        if known is None:
+            known = extract_facts("\n".join(m.text for m in summary))
         if not extract_facts(text) <= extract_facts(kept.text) | known:
             continue  # it says something the newest result does not: kept
         out[index] = _cleared(message, COLLAPSED, len(text), reason="repeated", newer=kept.id)

@@ -183,15 +183,16 @@ class MemoryViews(BaseViews[MemoryState]):
         # The leading system prompt is pinned: never summarized, first in every view.
         pinned = pinned_of(source)
         body = source[1:] if pinned is not None else source
-        work = _work_of(pinned, body)
         compaction = self.compaction
-        stages = compaction.stages(work)
+        stages: list[Stage] = []
         made: Stage | None = None  # the step that makes the view fit: no summarizer call
-        if stages:
-            if not summarize:
-                made = compaction.lightened(state, work, stages)
-            body = [*work.prior, *stages[-1].items]  # the summarizer reads less
         try:
+            work = _work_of(pinned, body)
+            stages = compaction.stages(work)
+            if stages:
+                if not summarize:
+                    made = compaction.lightened(state, work, stages)
+                body = [*work.prior, *stages[-1].items]  # the summarizer reads less
             if made is not None:
                 accepted = [*work.prior, *made.items]
             else:
