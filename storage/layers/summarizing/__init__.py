@@ -23,7 +23,7 @@ The contract of agent-squad's ``SummarizingChatStorage``, made safe:
    view is only a cache of that, so a restarted or another worker serves the same view with
    no summarizer call. ``coherence="store"`` checks the key's head on every fetch of a
    cached key; a fleet makes one summarizer call per threshold crossing (a lease, then a
-   compare-and-set of the checkpoint). ``summaries="memory"`` is the seed's behaviour: views
+   compare-and-set of the checkpoint). ``summaries="memory"`` is agent-squad's behaviour: views
    live in this process only and do not see other instances' saves.
 
 Agent traffic: budgets in tokens (``trigger_tokens``/``keep_tokens``, or ``trigger_fraction``

@@ -106,7 +106,7 @@ class SummarizingChatStorage(LayerAttributes, ChatStorageWrapper):
         timeout: seconds one summarizer call may take (``None``: no limit); a timeout is a
             failure (rule 6).
         summaries: ``"store"``: summaries are checkpoints in the store (shared by every
-            instance, kept across restarts); ``"memory"``: in this process only (the seed's
+            instance, kept across restarts); ``"memory"``: in this process only (agent-squad's
             behaviour). ``None`` (default): ``"store"`` when every component of ``inner``
             has the ``CheckpointStorage`` ability, else ``"memory"``.
         coherence: with ``summaries="store"``: ``"store"`` (default) reads the key's head on

@@ -1,6 +1,6 @@
 """When a summary is due (the budget), and what a summarizer failure does (``on_error``).
 
-The budget counts messages (``trigger_at * 2``, the seed's contract: the messages after the
+The budget counts messages (``trigger_at * 2``, agent-squad's contract: the messages after the
 view's leading system/developer message, so the pinned prompt and the summary merged into it
 never count as turns) or tokens (``trigger_tokens``, everything the model gets, counted per
 message once and kept as a running total). A view is due when
@@ -22,7 +22,7 @@ so a restarted worker and every other instance over the same store take the same
 (the same view, no extra summarizer call). A hold set without storing a checkpoint (the
 summarizer kept everything) stays in this process.
 
-``on_error="raise"`` (the seed's contract): the error propagates from the ``save`` or
+``on_error="raise"`` (agent-squad's contract): the error propagates from the ``save`` or
 ``fetch`` that triggered the call, and the next trigger retries at once.
 ``on_error="fallback"``: ``save`` and ``fetch`` never fail because of the summarizer; the
 failure is counted, logged once per key (until a summary succeeds again), and retried with

@@ -8,7 +8,7 @@ summaries live, and nothing else does; :func:`open_views` picks the mode:
   (head reads), one summary per threshold crossing fleet-wide (a lease, then a
   compare-and-set of the checkpoint);
 - :class:`~storage.layers.summarizing.memory_views.MemoryViews` (``summaries="memory"``): the
-  summary lives in this process (the seed's behaviour).
+  summary lives in this process (agent-squad's behaviour).
 
 What both share is :mod:`.base_views`.
 """
