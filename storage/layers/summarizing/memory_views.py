@@ -31,7 +31,12 @@ from storage.layers.summarizing.compaction import Compaction
 from storage.layers.summarizing.cutting import PINNED_ROLES, Work, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
-from storage.layers.summarizing.projection import leading_summaries, serve, start_right
+from storage.layers.summarizing.projection import (
+    leading_summaries,
+    serve,
+    start_right,
+    without_orphans,
+)
 from storage.layers.summarizing.reporting import CompactionReport, compaction_span
 from storage.layers.summarizing.state import KeyStates, MemoryState
 from storage.message import ChatKey, ChatMessage
@@ -117,7 +122,7 @@ class MemoryViews(BaseViews[MemoryState]):
                 else:
                     await self._resummarize(state, key)
             return serve(state.view, limit, self.serve_window(state))
-        raw = start_right(await self.inner.fetch(key))
+        raw = self._raw_view(await self.inner.fetch(key))
         if not policy.over(raw):
             return serve(raw, limit, None)
         state = self.states.create(key)
@@ -133,7 +138,7 @@ class MemoryViews(BaseViews[MemoryState]):
                 state.summarizing = True
                 state.pending = []
                 try:
-                    raw = start_right(await self.inner.fetch(key))
+                    raw = self._raw_view(await self.inner.fetch(key))
                 except BaseException:
                     state.summarizing = False
                     self._drop_if_cold(key, state)
@@ -265,6 +270,12 @@ class MemoryViews(BaseViews[MemoryState]):
             if accepted is None and report is not None and policy.fallback:
                 report.set("outcome", "error")  # absorbed: a fallback view is served
 
+    @staticmethod
+    def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:
+        """A cold key's raw history as a view: its damaged start and the tool results that
+        answer no call left out."""
+        return without_orphans(start_right(raw))
+
     def _drop_if_cold(self, key: ChatKey, state: MemoryState) -> None:
         if state.view is None and not state.lock.statistics().tasks_waiting:
             self.states.drop(key, state)
@@ -280,7 +291,7 @@ class MemoryViews(BaseViews[MemoryState]):
         state = self.states.create(key)
         async with state.lock:
             cached = state.view is not None
-            messages = source(state) if cached else start_right(await self.inner.fetch(key))
+            messages = source(state) if cached else self._raw_view(await self.inner.fetch(key))
             if not messages:
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
