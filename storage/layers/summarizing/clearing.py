@@ -41,15 +41,20 @@ from storage.message import ChatMessage, ToolCall, thaw
 __all__ = [
     "CLEARED",
     "COLLAPSED",
+    "STEPS",
     "Stage",
     "Step",
     "clear_known_results",
     "cleared_reason",
     "collapse_repeated_reads",
     "lighten",
+    "needs_originals",
+    "still_held",
 ]
 
 Step = Literal["clear", "collapse", "trim"]
+STEPS: Final[tuple[Step, ...]] = ("clear", "collapse", "trim")
+"""The no-model steps, in the order a compaction tries them."""
 
 CLEARED: Final = "[tool result cleared by chatlayers: its facts are in the summary]"
 """The content of a result the summary already holds."""
@@ -143,9 +148,54 @@ def clear_known_results(
         result = _text_of(message)
         if not result:
             continue
-        own = extract_facts(result)
-        if own and own <= facts and _said(result) <= words:
+        if _held(result, facts, words):
             out[index] = _cleared(message, CLEARED, len(result), reason="summary")
+    return out
+
+
+def _held(result: str, facts: frozenset[str], words: set[str]) -> bool:
+    """A summary stating ``facts`` in ``words`` holds all that ``result`` says."""
+    own = extract_facts(result)
+    return bool(own) and own <= facts and _said(result) <= words
+
+
+def needs_originals(messages: Iterable[ChatMessage]) -> bool:
+    """``messages`` hold a result cleared or collapsed by an earlier compaction, whose text
+    :func:`still_held` needs from the raw record once a new summary is made."""
+    return any(cleared_reason(m) in ("summary", "repeated") for m in messages)
+
+
+def still_held(
+    messages: Sequence[ChatMessage],
+    originals: Mapping[str, ChatMessage],
+    summary: Iterable[ChatMessage],
+    later: Sequence[ChatMessage] = (),
+) -> list[ChatMessage]:
+    """``messages`` (what a new summary keeps after it) with each result cleared or collapsed
+    against the previous summary put back as it was (``originals``: by id, before the steps)
+    when ``summary`` (the new one) and, for a collapsed result, its newest result no longer
+    state all it stated: a summary rewrites its ledger to the newest state. ``later``: the
+    messages of the view after ``messages``. Unchanged messages are the same objects."""
+    out = list(messages)
+    text: str | None = None
+    for index, message in enumerate(out):
+        reason = cleared_reason(message)
+        original = originals.get(message.id)
+        if reason not in ("summary", "repeated") or original is None or original is message:
+            continue
+        if text is None:
+            text = "\n".join(m.text for m in summary)
+            facts = extract_facts(text)
+            words = {w.lower() for w in _WORD.findall(text)}
+        said = _text_of(original) or original.text
+        if reason == "summary":
+            held = _held(said, facts, words)
+        else:
+            newer = message.metadata["chatlayers"].get("newer")
+            kept = next((m for m in (*out, *later) if m.id == newer and m.role == "tool"), None)
+            held = kept is not None and extract_facts(said) <= extract_facts(kept.text) | facts
+        if not held:
+            out[index] = original
     return out
 
 

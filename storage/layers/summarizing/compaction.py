@@ -16,7 +16,7 @@ is made; the memory-mode views (:mod:`.memory_views`) use the same steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -24,7 +24,14 @@ import attrs
 from storage.errors import SummarizerError
 from storage.layers.summarizing.base_views import Counters
 from storage.layers.summarizing.calling import run_summarizer
-from storage.layers.summarizing.clearing import Stage, Step, lighten
+from storage.layers.summarizing.clearing import (
+    Stage,
+    Step,
+    cleared_reason,
+    lighten,
+    needs_originals,
+    still_held,
+)
 from storage.layers.summarizing.cutting import Cut, Work, opener_before, plan_cut, view_form
 from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import without_hold
@@ -129,6 +136,7 @@ class Compaction:
         name: str,
         *,
         summarize: bool = False,
+        originals: Callable[[], Awaitable[Mapping[str, ChatMessage]]] | None = None,
     ) -> Made | None:
         """The next checkpoint for ``work`` (``name``: the summarizer's, for the checkpoint),
         or ``None`` when nothing can be cut (module docstring).
@@ -136,30 +144,46 @@ class Compaction:
         Args:
             summarize: call the summarizer even when a no-model step makes the view fit
                 (a compaction asked for explicitly).
+            originals: reads the raw messages by id, for results earlier compactions cleared
+                (:func:`.clearing.needs_originals`): a new summary that no longer holds what
+                one said puts it back (read only then).
 
         Raises:
             SummarizerError: the summarizer failed or its result was refused.
         """
         stages = self.stages(work)
         last = stages[-1] if stages else None
+        before = {m.id: m for m in work.items if cleared_reason(m) is None}
         if last is not None:
             fit = None if summarize else self.lightened(state, work, stages)
             if fit is not None:
                 self.count(fit.step)
                 return _made_by(work, fit)
             work = attrs.evolve(work, items=last.items)  # the summarizer reads less
-        made = await self._summarized(state, work, summarizer, name, last.end if last else 0)
+        made = await self._summarized(
+            state, work, summarizer, name, last.end if last else 0, (before, originals)
+        )
         if made is None and last is not None:
             self.count(last.step)  # nothing to summarize: the steps' smaller view
             return _made_by(work, last)
         return made
 
     async def _summarized(
-        self, state: StoreState, work: Work, summarizer: ChatSummarizer, name: str, changed: int
+        self,
+        state: StoreState,
+        work: Work,
+        summarizer: ChatSummarizer,
+        name: str,
+        changed: int,
+        originals: tuple[
+            Mapping[str, ChatMessage], Callable[[], Awaitable[Mapping[str, ChatMessage]]] | None
+        ],
     ) -> Made | None:
         """The checkpoint a summary of ``work`` makes (``None``: nothing was summarized);
         ``work.items[:changed]`` hold the messages the no-model steps changed: those after
-        what the summary covers are kept in the checkpoint as changed."""
+        what the summary covers are kept in the checkpoint as changed, unless the new summary
+        no longer holds what a cleared one said (:func:`.clearing.still_held`; ``originals``:
+        the messages before the steps by id, and the reader of the raw ones)."""
         plan = self.plan(state, work)
         if plan is None:
             return None
@@ -188,6 +212,11 @@ class Compaction:
         _check_summary(summary)
         marked = [mark_summary(m, now) for m in summary]
         end = max(covered, changed)
+        before, read = originals
+        if read is not None and needs_originals(work.items[covered:]):
+            before = {**await read(), **before}
+        kept = still_held(work.items[covered:], before, marked)
+        work = attrs.evolve(work, items=(*work.items[:covered], *kept))
         copies = work.items[covered:end]
         messages = work.checkpoint(marked, end, opener=opener, copies=copies)
         return messages, work.covers_to_after(end), name

@@ -26,7 +26,12 @@ from storage.errors import InvalidArgumentError, SummarizerError
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import BaseViews
 from storage.layers.summarizing.calling import run_summarizer
-from storage.layers.summarizing.clearing import Stage
+from storage.layers.summarizing.clearing import (
+    Stage,
+    cleared_reason,
+    needs_originals,
+    still_held,
+)
 from storage.layers.summarizing.compaction import Compaction
 from storage.layers.summarizing.cutting import PINNED_ROLES, Work, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
@@ -213,27 +218,11 @@ class MemoryViews(BaseViews[MemoryState]):
     ) -> None:
         """:meth:`_summarize` (``report``: the span, told what came of it)."""
         policy = policy or self.policy
-        accepted: list[ChatMessage] | None = None
         # The leading system prompt is pinned: never summarized, first in every view.
         pinned = pinned_of(source)
-        body = source[1:] if pinned is not None else source
-        compaction = self.compaction
-        stages: list[Stage] = []
-        made: Stage | None = None  # the step that makes the view fit: no summarizer call
+        attempt = _Attempt(source[1:] if pinned is not None else source)
         try:
-            work = _work_of(pinned, body)
-            stages = compaction.stages(work)
-            if stages:
-                if not summarize:
-                    made = compaction.lightened(state, work, stages)
-                body = [*work.prior, *stages[-1].items]  # the summarizer reads less
-            if made is not None:
-                accepted = [*work.prior, *made.items]
-            else:
-                self.counts.summarizer_calls += 1
-                accepted = await run_summarizer(
-                    self.summarizer, body, self.options.keep_last, self.options.timeout
-                )
+            await self._attempt(state, key, pinned, attempt, summarize)
         except BaseException as exc:
             self.counts.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -246,29 +235,77 @@ class MemoryViews(BaseViews[MemoryState]):
             pending, state.pending = state.pending, []
             seen = {m.id for m in source}
             late = [m for m in pending if m.id not in seen]
-            if accepted is not None:
-                policy.succeeded(state)
-                install(state, pinned, accepted, late)
-                # An unchanged view: nothing could be summarized (the steps' view, if any).
-                step = made or (stages[-1] if stages and accepted == body else None)
-                if step is not None:
-                    compaction.count(step.step)
-                if step is not None or accepted != body:
-                    self.counts.summaries_made += 1
-                    state.compactions = next(self._compaction_seq)
-                    if report is not None:
-                        report.installed(state.view)
-                elif report is not None:
-                    report.set("outcome", "unchanged")
-                policy.settle(state)
+            if attempt.accepted is not None:
+                self._install(state, pinned, attempt, late, policy, report)
             elif state.view is None and activation:
                 if policy.fallback:  # serve the raw window until a retry succeeds
                     state.show((), [*source, *late])
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
             # On failure an active view already holds source + pending.
-            if accepted is None and report is not None and policy.fallback:
+            if attempt.accepted is None and report is not None and policy.fallback:
                 report.set("outcome", "error")  # absorbed: a fallback view is served
+
+    async def _attempt(
+        self,
+        state: MemoryState,
+        key: ChatKey,
+        pinned: ChatMessage | None,
+        attempt: _Attempt,
+        summarize: bool,
+    ) -> None:
+        """The no-model steps on ``attempt.body``, then the summarizer unless one of them
+        makes the view fit (``summarize``: always); what comes of it is set on ``attempt``."""
+        compaction = self.compaction
+        work = _work_of(pinned, attempt.body)
+        attempt.stages = stages = compaction.stages(work)
+        if stages:
+            if not summarize:
+                attempt.made = compaction.lightened(state, work, stages)
+            attempt.body = [*work.prior, *stages[-1].items]  # the summarizer reads less
+        if attempt.made is not None:
+            attempt.accepted = [*work.prior, *attempt.made.items]
+            return
+        self.counts.summarizer_calls += 1
+        result = await run_summarizer(
+            self.summarizer, attempt.body, self.options.keep_last, self.options.timeout
+        )
+        if stages or needs_originals(work.items):  # judged by the previous summary
+            originals = {m.id: m for m in work.items if cleared_reason(m) is None}
+            if needs_originals(work.items):
+                originals = {m.id: m for m in await self.inner.fetch(key)} | originals
+            made = leading_summaries(result)
+            result = [*result[:made], *still_held(result[made:], originals, result[:made])]
+        attempt.accepted = result
+
+    def _install(
+        self,
+        state: MemoryState,
+        pinned: ChatMessage | None,
+        attempt: _Attempt,
+        late: list[ChatMessage],
+        policy: Policy,
+        report: CompactionReport | None,
+    ) -> None:
+        """Make the view from an accepted result, ``late`` saves after it, and count it."""
+        accepted = attempt.accepted
+        assert accepted is not None
+        policy.succeeded(state)
+        install(state, pinned, accepted, late)
+        # An unchanged view: nothing could be summarized (the steps' view, if any).
+        stages = attempt.stages
+        step = attempt.made or (stages[-1] if stages and accepted == attempt.body else None)
+        if step is not None:
+            self.compaction.count(step.step)
+        if step is not None or accepted != attempt.body:
+            self.counts.summaries_made += 1
+            state.compactions = next(self._compaction_seq)
+            if report is not None:
+                report.set("kind", step.step if step is not None else "summary")
+                report.installed(state.view)
+        elif report is not None:
+            report.set("outcome", "unchanged")
+        policy.settle(state)
 
     @staticmethod
     def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:
@@ -317,6 +354,18 @@ class MemoryViews(BaseViews[MemoryState]):
                 )
             assert state.view is not None
             return list(state.view)
+
+
+@attrs.define
+class _Attempt:
+    """One memory-mode compaction attempt: what the summarizer reads (``body``), the no-model
+    steps' stages, the stage that made the view fit alone (``made``), and the accepted result
+    (``None``: none yet, or it failed)."""
+
+    body: list[ChatMessage]
+    stages: list[Stage] = attrs.field(factory=list)
+    made: Stage | None = None
+    accepted: list[ChatMessage] | None = None
 
 
 def _work_of(pinned: ChatMessage | None, body: Sequence[ChatMessage]) -> Work:
