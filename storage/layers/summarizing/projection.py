@@ -168,12 +168,13 @@ def start_right(view: list[ChatMessage]) -> list[ChatMessage]:
     return [*view[:lead], *view[start:]]
 
 
-def open_calls(messages: Sequence[ChatMessage]) -> set[str]:
-    """The ids of the calls a tool result right after ``messages`` may answer: those of the
-    assistant message ending them (or ending them but for its results), not answered yet
+def open_calls(messages: Sequence[ChatMessage], end: int | None = None) -> set[str]:
+    """The ids of the calls a tool result right after ``messages[:end]`` may answer: those of
+    the assistant message ending them (or ending them but for its results), not answered yet
     (empty: none). Reads back only over that last group."""
     answered: set[str | None] = set()
-    for index in range(len(messages) - 1, -1, -1):
+    for index in range(len(messages) if end is None else end, 0, -1):
+        index -= 1
         message = messages[index]
         if message.role == "tool":
             answered.add(message.tool_call_id)
@@ -185,18 +186,18 @@ def open_calls(messages: Sequence[ChatMessage]) -> set[str]:
 
 
 def orphaned_results(
-    messages: Sequence[ChatMessage], before: Sequence[ChatMessage] = ()
+    messages: Sequence[ChatMessage], before: Sequence[ChatMessage] = (), end: int | None = None
 ) -> list[int]:
-    """The indexes of the tool results of ``messages`` (following ``before``) that answer no
-    call: a result belongs right after the assistant message holding its call, among that
-    message's other results, once. Empty (the usual case) without a copy."""
+    """The indexes of the tool results of ``messages`` (following ``before[:end]``) that
+    answer no call: a result belongs right after the assistant message holding its call,
+    among that message's other results, once. Empty (the usual case) without a copy."""
     found: list[int] = []
     calls: set[str] | None = None  # what the next result may answer; from ``before`` lazily
     for index, message in enumerate(messages):
         role = message.role
         if role == "tool":
             if calls is None:
-                calls = open_calls(before)
+                calls = open_calls(before, end)
             answers = message.tool_call_id
             if answers is not None and answers in calls:
                 calls.discard(answers)

@@ -158,11 +158,14 @@ class KeyState:
 
 
 def _answered(
-    messages: Sequence[ChatMessage], seqs: Sequence[int | None], before: Sequence[ChatMessage]
+    messages: Sequence[ChatMessage],
+    seqs: Sequence[int | None],
+    before: Sequence[ChatMessage],
+    end: int | None = None,
 ) -> tuple[Sequence[ChatMessage], Sequence[int | None]]:
-    """``messages`` (and their ``seqs``, when given) after ``before`` without the tool results
-    that answer no call; the same sequences when there are none."""
-    found = orphaned_results(messages, before)
+    """``messages`` (and their ``seqs``, when given) after ``before[:end]`` without the tool
+    results that answer no call; the same sequences when there are none."""
+    found = orphaned_results(messages, before, end)
     if not found:
         return messages, seqs
     drop = set(found)
@@ -258,7 +261,7 @@ class StoreState(KeyState):
             known = {m.id for m in unread}
             later = [m for m in unread if m.id not in fresh]  # committed after the read
             end, seqs = _answered(
-                [*tail.messages, *later], [*tail.seqs, *([None] * len(later))], view[:sequenced]
+                [*tail.messages, *later], [*tail.seqs, *([None] * len(later))], view, sequenced
             )
             if self.measure is not None:  # only the replaced end is measured
                 self.tokens += self.size_of(end) - self.size_of(unread)
