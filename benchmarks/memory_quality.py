@@ -33,8 +33,8 @@ def markdown(reports: list[EvalReport]) -> str:
     """The table, one row per stack and set."""
     lines = [
         "| stack | set | conversations (summarized) | points | facts | retention | "
-        "truncation | last N | view/raw | summarizer calls |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "truncation | last N | view/raw | summarizer calls | cleared / collapsed / trimmed |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for report in reports:
         for name, f in report.sets.items():
@@ -42,7 +42,8 @@ def markdown(reports: list[EvalReport]) -> str:
                 f"| `{report.stack}` | {name} | {f.conversations} ({f.summarized}) | "
                 f"{f.points} | {f.facts} | **{_ratio(f.retention)}** | "
                 f"{_ratio(f.truncation_retention)} | {_ratio(f.last_n_retention)} | "
-                f"{_ratio(f.view_ratio)} | {f.summarizer_calls} |"
+                f"{_ratio(f.view_ratio)} | {f.summarizer_calls} | "
+                f"{f.clears_made} / {f.collapses_made} / {f.trims_made} |"
             )
     return "\n".join(lines)
 

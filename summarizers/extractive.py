@@ -16,11 +16,15 @@ It keeps what an agent needs to carry on (see :mod:`summarizers.notes` for the l
 - **Open**: the assistant's last question, when the summarized part ends waiting for the user.
 
 Text from users and tools is only ever quoted (:mod:`summarizers.quoting`): an instruction in
-a tool result stays something the tool said. Over ``max_chars``, options are shortened to
-their facts and dropped first, then the assistant's lines, then the ledger is shortened to its
-facts; requests, done lines and ledger entries go last, oldest first. The summary's metadata
-records the ids of the messages it covers and, for each fact it states, the id of the message
-it came from (``metadata["chatlayers"]["sources"]``; never in the text).
+a tool result stays something the tool said. A tool result the summarizing layer cleared from
+the view (``metadata["chatlayers"]["cleared"]``: the prior summary holds it, or the same call
+is made again later) adds nothing but, for an action, its done line.
+
+Over ``max_chars``, options are shortened to their facts and dropped first, then the
+assistant's lines, then the ledger is shortened to its facts; requests, done lines and ledger
+entries go last, oldest first. The summary's metadata records the ids of the messages it
+covers and, for each fact it states, the id of the message it came from
+(``metadata["chatlayers"]["sources"]``; never in the text).
 """
 
 from __future__ import annotations
@@ -278,7 +282,13 @@ class ExtractiveSummarizer:
             elif message.role == "tool":
                 calls = pending.get(message.tool_call_id)
                 found = calls.pop(0) if calls else None
-                self._result(found, message, notes, sources, previous)
+                cleared = _cleared(message)
+                if cleared is None:
+                    self._result(found, message, notes, sources, previous)
+                elif cleared == "summary" and found is not None and is_action(found.name):
+                    # What it returned is in the prior summary already; the action is news.
+                    args = _arguments(found, previous)
+                    notes.add("done", f"{found.name}({args}) -> (result as in the ledger)")
         for calls in pending.values():  # calls whose result is not in the buffer
             for call in calls:
                 if is_action(call.name):
@@ -336,6 +346,15 @@ class ExtractiveSummarizer:
             notes.add_entries(entries)
             for entry in entries:
                 _note_sources(entry.line, entry.source, sources)
+
+
+def _cleared(message: ChatMessage) -> str | None:
+    """Why the summarizing layer cleared a tool result from the view
+    (``metadata["chatlayers"]["cleared"]``: ``"summary"``, its facts are in the prior
+    summary; ``"repeated"``, the same call follows), ``None`` for a result as returned."""
+    marker = message.metadata.get("chatlayers")
+    reason = marker.get("cleared") if isinstance(marker, Mapping) else None
+    return reason if isinstance(reason, str) else None
 
 
 def _arguments(

@@ -4,7 +4,8 @@ Replays the conversations through each stack over a fresh store (:mod:`storage.e
 and prints, per stack and per file: conversations (summarized), points (fetches whose view
 was compacted), needed facts, the retention of the view, of truncation to the view's
 characters and of the newest messages matched to the view's message count, raw and view
-tokens, view/raw of the summarized conversations, and summarizer calls. Without ``--url`` it
+tokens, view/raw of the summarized conversations, summarizer calls, and the compactions made
+with no summarizer call by each no-model step (cleared, collapsed, trimmed). Without ``--url`` it
 measures :data:`storage.eval.measure.DEFAULT_EVAL_URLS` (a token and a pair budget);
 ``CHATLAYERS_URL`` and ``CHATLAYERS_CONFIG`` are not read (eval never touches a deployment's
 store). ``--facts MODULE:CALLABLE`` replaces the fact extractor.
@@ -22,8 +23,8 @@ from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
 from storage.errors import ConfigError
-from storage.eval.facts import FactExtractor, extract_facts
 from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate_urls
+from storage.facts import FactExtractor, extract_facts
 
 __all__ = ["COLUMNS", "load_extractor", "report_rows"]
 
@@ -41,6 +42,9 @@ COLUMNS = (
     "view tokens",
     "view/raw",
     "summarizer calls",
+    "cleared",
+    "collapsed",
+    "trimmed",
 )
 """The columns of the table ``chatlayers eval`` prints."""
 
@@ -64,6 +68,9 @@ def _row(stack: str, name: str, figures: Figures) -> tuple[Any, ...]:
         figures.view_tokens,
         _ratio(figures.view_ratio),
         figures.summarizer_calls,
+        figures.clears_made,
+        figures.collapses_made,
+        figures.trims_made,
     )
 
 
@@ -140,7 +147,8 @@ async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
     out.note(
         "retention: facts the next assistant message states that were said earlier, found in "
         "the view, at each fetch whose view was compacted; truncation: the system prompt + "
-        "the newest messages in the view's characters; last N: as many messages as the view"
+        "the newest messages in the view's characters; last N: as many messages as the view; "
+        "cleared, collapsed, trimmed: compactions made by that step with no summarizer call"
     )
     return 0
 

@@ -7,8 +7,8 @@ and ``python -m benchmarks.memory_quality`` use them.
 
 from __future__ import annotations
 
-from storage.eval.facts import FactExtractor, extract_facts
 from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate, evaluate_urls
+from storage.facts import FactExtractor, extract_facts
 
 __all__ = [
     "DEFAULT_EVAL_URLS",

@@ -42,7 +42,7 @@ from storage.eval.baselines import (
     message_pieces,
     truncate_to_chars,
 )
-from storage.eval.facts import FactExtractor, extract_facts
+from storage.facts import FactExtractor, extract_facts
 from storage.message import ChatMessage
 from storage.protocol import ChatStorage
 from storage.redact import redact_url
@@ -67,6 +67,9 @@ DEFAULT_EVAL_URLS: Final = (
 """The stacks ``chatlayers eval`` measures when given none: a token budget and a pair budget,
 both with the default summarizer."""
 
+_COUNTED: Final = ("summarizer_calls", "clears_made", "collapses_made", "trims_made")
+"""The summarizing layers' counters a replay adds to its figures."""
+
 _FILE_STORES: Final = {"sqlite": "sqlite:///{dir}/eval.db", "jsonl": "jsonl://{dir}/eval"}
 _LAYERS_WITH_FILES: Final = frozenset({"encrypt"})
 
@@ -89,6 +92,10 @@ class Figures:
         summarized_raw_tokens: ``raw_tokens`` of the summarized conversations only.
         summarized_view_tokens: ``view_tokens`` of the summarized conversations only.
         summarizer_calls: summarizer calls the replay caused.
+        clears_made: compactions the replay caused that clearing tool results the summary
+            holds made alone (no summarizer call; the layers' counter of that name).
+        collapses_made: likewise, by collapsing older results of repeated calls.
+        trims_made: likewise, by trimming long tool results.
         missed: needed facts the view did not state, with how often.
     """
 
@@ -105,6 +112,9 @@ class Figures:
     summarized_raw_tokens: int | None = 0
     summarized_view_tokens: int | None = 0
     summarizer_calls: int = 0
+    clears_made: int = 0
+    collapses_made: int = 0
+    trims_made: int = 0
     missed: Counter[str] = attrs.field(factory=Counter)
 
     @property
@@ -265,7 +275,7 @@ async def evaluate(
     report = EvalReport(getattr(stack, "source", "") or type(stack).__name__)
     for conversation in conversations:
         figures = report.sets.setdefault(set_name(conversation.where), Figures())
-        calls = total(layers, "summarizer_calls")
+        before = {name: total(layers, name) for name in _COUNTED}
         record: list[ChatMessage] = []
         earlier: set[str] = set()
         for index, message in enumerate(conversation.messages):
@@ -288,7 +298,8 @@ async def evaluate(
         if on_view is not None:
             on_view(conversation, len(conversation.messages), view)
         figures.conversations += 1
-        figures.summarizer_calls += total(layers, "summarizer_calls") - calls
+        for name, was in before.items():
+            setattr(figures, name, getattr(figures, name) + total(layers, name) - was)
         compacted = view != record
         figures.summarized += compacted
         if count is None:

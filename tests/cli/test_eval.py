@@ -48,6 +48,8 @@ def check_consistent(figures: dict[str, Any], conversations: int) -> None:
     if figures["summarized"]:
         assert figures["summarizer_calls"] >= figures["summarized"]
         assert figures["summarized_view_tokens"] < figures["summarized_raw_tokens"]
+    for step in ("clears_made", "collapses_made", "trims_made"):
+        assert figures[step] >= 0
 
 
 def test_default_stacks_on_a_few_conversations_give_consistent_figures(
@@ -101,6 +103,27 @@ def test_several_urls_a_table_and_a_plain_stack_without_points(
     assert lines[3].split()[:5] == ["memory://", "few", "3", "0", "0"]  # never compacted
     assert "retention:" in err  # what the columns mean, for a person
     assert not (tmp_path / "mine.db").exists()  # a fresh store elsewhere, removed after
+
+
+def test_compactions_made_by_each_no_model_step_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "summarize?trigger_tokens=3000&trim_tool_results=600&trim_keep_turns=1::memory://"
+    path = few(tmp_path, 12)
+    code, out, err = run(capsys, "eval", str(path), "--url", url, "--json")
+    assert code == 0, err
+    figures = json.loads(out)[0]["total"]
+    check_consistent(figures, 12)
+    assert figures["trims_made"] > 0  # trimming made compactions with no summarizer call
+    code, out, err = run(capsys, "eval", str(path), "--url", url)
+    assert code == 0, err
+    header, row = out.splitlines()[1:3]
+    assert header.split()[-3:] == ["cleared", "collapsed", "trimmed"]
+    assert row.split()[-3:] == [
+        str(figures["clears_made"]),
+        str(figures["collapses_made"]),
+        str(figures["trims_made"]),
+    ]
 
 
 def test_a_server_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

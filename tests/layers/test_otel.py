@@ -558,6 +558,31 @@ async def test_memory_summaries_and_a_manual_compaction_inside_a_command(otel: O
     assert parent_of(otel, manual[0]).name == "chatlayers.command"
 
 
+@pytest.mark.parametrize("summaries", ["store", "memory"])
+async def test_a_compaction_made_by_a_no_model_step_reports_that_step(
+    otel: Otel, summaries: str
+) -> None:
+    from tests.layers.summarizing.test_clearing import FIRST, second
+
+    summarize = {"type": "summarize", "trigger_tokens": 1000, "summaries": summaries}
+    async with stack(otel, summarize) as chats:
+        for message in FIRST:
+            await chats.save(KEY, message)
+        layer = chats.find(SummarizingChatStorage)
+        assert layer is not None
+        with operation(chats, "command", command="compact"):
+            await layer.compact(KEY)  # the summary now holds the reservation read again below
+        for message in second():
+            await chats.save(KEY, message)
+        assert (layer.clears_made, layer.summarizer_calls) == (1, 1)
+    kinds = [
+        (attributes_of(c)["chatlayers.trigger"], attributes_of(c)["chatlayers.kind"])
+        for c in otel.named("chatlayers.compaction")
+        if attributes_of(c)["chatlayers.outcome"] == "installed"
+    ]
+    assert kinds == [("manual", "summary"), ("inline", "clear")]
+
+
 async def test_a_second_worker_serves_the_first_workers_checkpoints_without_a_call(
     otel: Otel, tmp_path: Path
 ) -> None:

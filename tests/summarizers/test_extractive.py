@@ -505,3 +505,29 @@ def test_a_long_text_result_keeps_its_facts_not_its_first_characters() -> None:
     assert result_text(text, 100) == "Tracking 1Z999AA10123456784 left Denver on 2024-03-05."
     assert result_text("Error: not enough seats", 100) == "Error: not enough seats"
     assert result_text("x " * 100, 20) == "x x x x x x x x x x…"
+
+
+@pytest.mark.anyio
+async def test_a_result_the_layer_cleared_adds_nothing_but_an_actions_done_line() -> None:
+    read = call("get_reservation_details", 1, reservation_id="H9ZU1C")
+    cancel = call("cancel_reservation", 2, reservation_id="H9ZU1C")
+    marker = "[tool result cleared by chatlayers: its facts are in the summary]"
+
+    def cleared(of: ToolCall, reason: str) -> ChatMessage:
+        meta = {"chatlayers": {"cleared": reason, "trimmed_chars": 500}}
+        return ChatMessage("tool", marker, tool_call_id=of.id, name=of.name, metadata=meta)
+
+    turn = [
+        user("Cancel H9ZU1C."),
+        assistant(None, read),
+        cleared(read, "repeated"),
+        assistant(None, cancel),
+        cleared(cancel, "summary"),
+        assistant("Done."),
+    ]
+    result = await ExtractiveSummarizer()(history(turn, text_turn("B")), 1)
+    text = body(result[0])
+    assert "cleared" not in text.replace("result as in the ledger", "")  # no marker as data
+    assert "get_reservation_details" not in text  # a read adds no ledger entry
+    assert "cancel_reservation(reservation_id=H9ZU1C) -> (result as in the ledger)" in text
+    assert "(no result)" not in text  # the calls were answered

@@ -28,7 +28,9 @@ The contract of agent-squad's ``SummarizingChatStorage``, made safe:
 
 Agent traffic: budgets in tokens (``trigger_tokens``/``keep_tokens``, or ``trigger_fraction``
 of ``model``'s context window), long turns compressed by tool-call groups (:mod:`.cutting`),
-old tool output trimmed without a model (``trim_tool_results``), summaries made in the
+cheapest compaction first: old tool results the summary holds cleared, repeated reads
+collapsed (``clear_tool_results``), old tool output trimmed (``trim_tool_results``), all
+without a model, before any summary (:mod:`.clearing`), summaries made in the
 background (``background=True``), and a view that only grows at its end between compactions,
 with its leading system prompt pinned first (``view_version`` says when the prefix changed).
 
@@ -41,7 +43,7 @@ The parts, each a module:
   live, and the choice of mode; :mod:`.base_views` (what both modes share: the save path, the
   counters), :mod:`.store_views` (checkpoints in the store, coherence, leases,
   compare-and-set; :mod:`.fleet` its reads and the lease), :mod:`.compaction` (what a
-  store-mode compaction makes), :mod:`.memory_views` (summaries in this process);
+  compaction makes, in both modes), :mod:`.memory_views` (summaries in this process);
 - :mod:`.background`: the runner background summaries are made in (task group, one task per
   key, drain);
 - :mod:`.state`: the cached view of each key, bounded; paired state set together;
@@ -49,7 +51,8 @@ The parts, each a module:
   :mod:`.hold`: the stored hold of a view that could not be shrunk;
 - :mod:`.projection` (a view as summary checkpoint + raw tail, served through windows),
   :mod:`.header` (the one leading message), :mod:`.cutting` (where a compaction cuts:
-  pinned prompt, turns, tool-call groups), :mod:`.trimming` (old tool output shortened),
+  pinned prompt, turns, tool-call groups), :mod:`.clearing` (the no-model steps: tool
+  results cleared, collapsed, trimmed), :mod:`.trimming` (old tool output shortened),
   :mod:`.calling` (one checked summarizer call), :mod:`.attributes` (the layer's attributes
   that are its parts').
 """

@@ -3,14 +3,17 @@
 ``layer.trigger_at`` is its options' (read-only: the options are validated once, frozen),
 ``layer.summaries_made`` its views' counter; :class:`Delegated` and :class:`Settable` make
 each such attribute from the name of the part that holds it, typed, so the layer repeats no
-property per option.
+property per option. :class:`LayerAttributes` declares them all (the layer's base class; the
+layer documents them).
 """
 
 from __future__ import annotations
 
 from typing import Any, Generic, Never, NoReturn, Self, TypeVar, overload
 
-__all__ = ["Delegated", "Settable"]
+from storage.layers.summarizing.options import Coherence, OnError, SummaryRole
+
+__all__ = ["Delegated", "LayerAttributes", "Settable"]
 
 T = TypeVar("T")
 
@@ -51,3 +54,35 @@ class Settable(Delegated[T]):
     def __set__(self, instance: object, value: T) -> None:  # type: ignore[override]
         part: Any = getattr(instance, self._part)
         setattr(part, self._name, value)
+
+
+class LayerAttributes:
+    """The summarizing layer's attributes that are its options' (``_options``, read-only)
+    and its counters (``_counts``, settable); see ``SummarizingChatStorage``."""
+
+    trigger_at = Delegated[int | None]("_options")
+    keep_last = Delegated[int]("_options")
+    trigger_tokens = Delegated[int | None]("_options")
+    keep_tokens = Delegated[int | None]("_options")
+    model = Delegated[str]("_options")
+    trim_tool_results = Delegated[int | None]("_options")
+    trim_keep_turns = Delegated[int]("_options")
+    clear_tool_results = Delegated[bool]("_options")
+    background = Delegated[bool]("_options")
+    max_buffers = Delegated[int]("_options")
+    timeout = Delegated[float | None]("_options")
+    lease_ttl = Delegated[float]("_options")
+    summary_role = Delegated[SummaryRole]("_options")
+    coherence = Delegated[Coherence]("_options")
+    on_error = Delegated[OnError]("_options")
+
+    summaries_made = Settable[int]("_counts")
+    summary_failures = Settable[int]("_counts")
+    lease_busy = Settable[int]("_counts")
+    checkpoint_conflicts = Settable[int]("_counts")
+    checkpoints_loaded = Settable[int]("_counts")
+    summarizer_calls = Settable[int]("_counts")
+    clears_made = Settable[int]("_counts")
+    collapses_made = Settable[int]("_counts")
+    trims_made = Settable[int]("_counts")
+    saves_triggering = Settable[int]("_counts")

@@ -39,6 +39,8 @@ class Counters:
     checkpoint_conflicts: int = 0
     checkpoints_loaded: int = 0
     summarizer_calls: int = 0
+    clears_made: int = 0
+    collapses_made: int = 0
     trims_made: int = 0
     saves_triggering: int = 0
 

@@ -1,33 +1,44 @@
-"""What one store-mode compaction makes: the next checkpoint of a view, or nothing.
+"""What one compaction makes: the next checkpoint of a view, or nothing.
 
-Trimming first (old tool output shortened, :mod:`.trimming`; no model call when that alone
-brings the view under the budget), then a summary: of whole turns (the last ``keep_last``
-stay), or, when the newest turn alone is over the budget, of that turn's older tool-call
-groups (:mod:`.cutting` decides where). The summarizer's result is checked (:mod:`.calling`)
-and split into the summary part a checkpoint holds and the raw tail it keeps
-(:mod:`.projection`). Nothing here reads or writes the store: the store-mode views
-(:mod:`.store_views`) take the lease, read the view back and store what is made.
+Cheapest first: the no-model steps (:mod:`.clearing`: old tool results the summary already
+holds cleared, older results of a call repeated later collapsed, long ones trimmed), each
+followed by a look at the budget: the first step after which the view fits makes the
+compaction, with no summarizer call. Otherwise a summary of what the steps left: of whole
+turns (the last ``keep_last`` stay), or, when the newest turn alone is over the budget, of
+that turn's older tool-call groups (:mod:`.cutting` decides where); results the steps changed
+that the summary does not cover stay in the checkpoint as they were changed. When nothing can
+be summarized, the steps' result is the compaction (smaller, if still over the budget). The
+summarizer's result is checked (:mod:`.calling`) and split into the summary part a checkpoint
+holds and the raw tail it keeps (:mod:`.projection`). Nothing here reads or writes the store:
+the store-mode views (:mod:`.store_views`) take the lease, read the view back and store what
+is made; the memory-mode views (:mod:`.memory_views`) use the same steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
 
 from storage.errors import SummarizerError
-from storage.history import last_turns_start
 from storage.layers.summarizing.base_views import Counters
 from storage.layers.summarizing.calling import run_summarizer
+from storage.layers.summarizing.clearing import (
+    Stage,
+    Step,
+    cleared_reason,
+    lighten,
+    needs_originals,
+    still_held,
+)
 from storage.layers.summarizing.cutting import Cut, Work, opener_before, plan_cut, view_form
 from storage.layers.summarizing.header import header_messages
 from storage.layers.summarizing.hold import without_hold
 from storage.layers.summarizing.options import SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import mark_summary, split_result
-from storage.layers.summarizing.state import StoreState
-from storage.layers.summarizing.trimming import trim_tool_results
+from storage.layers.summarizing.state import KeyState, StoreState
 from storage.message import ChatMessage
 from storage.summarizer import ChatSummarizer
 
@@ -35,7 +46,14 @@ __all__ = ["Compaction", "Made"]
 
 Made = tuple[list[ChatMessage], int, str]
 """A compaction's result: the checkpoint's messages, the raw position it covers up to, and
-what made it (the summarizer's name, or ``"trim"``)."""
+what made it (the summarizer's name, or the no-model step: ``"clear"``, ``"collapse"``,
+``"trim"``)."""
+
+_COUNTERS: dict[Step, str] = {
+    "clear": "clears_made",
+    "collapse": "collapses_made",
+    "trim": "trims_made",
+}
 
 
 class Compaction:
@@ -56,12 +74,42 @@ class Compaction:
         """A cheap look (no I/O) at whether a compaction of the cached view could cut
         anything: False when no plan exists (nothing to take the lease for)."""
         view = state.view
-        if view is None or self.options.trim_tool_results is not None:
-            return True  # trimming decides inside the compaction
+        if view is None:
+            return True
         head = [without_hold(m) for m in state.stored]
         tail = view[state.n_summary :]
         work = Work.build(head, tail, [0] * len(tail), 0)
-        return self.plan(state, work) is not None
+        return self.plan(state, work) is not None or bool(self.stages(work))
+
+    def stages(self, work: Work) -> list[Stage]:
+        """The no-model steps' results on ``work`` (:func:`.clearing.lighten`)."""
+        options = self.options
+        return lighten(
+            work.prior,
+            work.items,
+            keep_turns=options.trim_keep_turns,
+            clear=options.clear_tool_results,
+            trim_chars=options.trim_tool_results,
+        )
+
+    def fits(self, state: KeyState, view: Sequence[ChatMessage]) -> bool:
+        """``view`` (a whole view) is within the budget."""
+        return self.policy.measure(state, view) <= self.policy.trigger
+
+    def count(self, step: Step) -> None:
+        """Count a compaction made by ``step`` alone."""
+        name = _COUNTERS[step]
+        setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    def lightened(self, state: KeyState, work: Work, stages: Sequence[Stage]) -> Stage | None:
+        """The first of ``stages`` after which the view fits the budget (``None``: none)."""
+        for stage in stages:
+            messages = _made_by(work, stage)[0]
+            if self.fits(
+                state, [*view_form(messages), *stage.items[max(stage.end, work.n_carried) :]]
+            ):
+                return stage
+        return None
 
     def plan(self, state: StoreState, work: Work) -> Cut | None:
         """Where a compaction of ``work`` cuts (``None``: nothing can be summarized)."""
@@ -81,28 +129,61 @@ class Compaction:
         )
 
     async def compose(
-        self, state: StoreState, work: Work, summarizer: ChatSummarizer, name: str
+        self,
+        state: StoreState,
+        work: Work,
+        summarizer: ChatSummarizer,
+        name: str,
+        *,
+        summarize: bool = False,
+        originals: Callable[[], Awaitable[Mapping[str, ChatMessage]]] | None = None,
     ) -> Made | None:
         """The next checkpoint for ``work`` (``name``: the summarizer's, for the checkpoint),
-        or ``None`` when nothing can be cut.
+        or ``None`` when nothing can be cut (module docstring).
+
+        Args:
+            summarize: call the summarizer even when a no-model step makes the view fit
+                (a compaction asked for explicitly).
+            originals: reads the raw messages by id, for results earlier compactions cleared
+                (:func:`.clearing.needs_originals`): a new summary that no longer holds what
+                one said puts it back (read only then).
 
         Raises:
             SummarizerError: the summarizer failed or its result was refused.
         """
-        options, policy = self.options, self.policy
-        if options.trim_tool_results is not None:
-            items = list(work.items)
-            trimmed = trim_tool_results(
-                items, keep_turns=options.trim_keep_turns, max_chars=options.trim_tool_results
-            )
-            if any(a is not b for a, b in zip(items, trimmed, strict=True)):
-                cut = last_turns_start(items, options.trim_keep_turns)
-                messages = work.checkpoint(work.prior, cut, copies=trimmed[:cut])
-                kept = items[max(cut, work.n_carried) :]
-                if policy.measure(state, [*view_form(messages), *kept]) <= policy.trigger:
-                    self.counts.trims_made += 1
-                    return messages, work.covers_to_after(cut), "trim"
-                work = attrs.evolve(work, items=tuple(trimmed))  # the summarizer reads less
+        stages = self.stages(work)
+        last = stages[-1] if stages else None
+        before = {m.id: m for m in work.items if cleared_reason(m) is None}
+        if last is not None:
+            fit = None if summarize else self.lightened(state, work, stages)
+            if fit is not None:
+                self.count(fit.step)
+                return _made_by(work, fit)
+            work = attrs.evolve(work, items=last.items)  # the summarizer reads less
+        made = await self._summarized(
+            state, work, summarizer, name, last.end if last else 0, (before, originals)
+        )
+        if made is None and last is not None:
+            self.count(last.step)  # nothing to summarize: the steps' smaller view
+            return _made_by(work, last)
+        return made
+
+    async def _summarized(
+        self,
+        state: StoreState,
+        work: Work,
+        summarizer: ChatSummarizer,
+        name: str,
+        changed: int,
+        originals: tuple[
+            Mapping[str, ChatMessage], Callable[[], Awaitable[Mapping[str, ChatMessage]]] | None
+        ],
+    ) -> Made | None:
+        """The checkpoint a summary of ``work`` makes (``None``: nothing was summarized);
+        ``work.items[:changed]`` hold the messages the no-model steps changed: those after
+        what the summary covers are kept in the checkpoint as changed, unless the new summary
+        no longer holds what a cleared one said (:func:`.clearing.still_held`; ``originals``:
+        the messages before the steps by id, and the reader of the raw ones)."""
         plan = self.plan(state, work)
         if plan is None:
             return None
@@ -113,24 +194,32 @@ class Compaction:
             summary, covered = split_result(result, inputs)
             if covered != len(inputs) or not summary:
                 return None  # the summarizer kept everything: nothing was shrunk
-            _check_summary(summary)
-            marked = [mark_summary(m, now) for m in summary]
-            messages = work.checkpoint(marked, plan.cut, opener=plan.opener)
-            return messages, work.covers_to_after(plan.cut), name
-        result = await self._call(state, summarizer, [*work.prior, *work.items], plan.keep_turns)
-        summary, covered = split_result(result, work.items)
-        if covered == 0:
-            return None
-        if not summary:
-            raise SummarizerError(
-                "summarizer result has no summary message before the kept turns; "
-                "a checkpoint needs one"
+            covered = plan.cut
+            opener = plan.opener
+        else:
+            result = await self._call(
+                state, summarizer, [*work.prior, *work.items], plan.keep_turns
             )
+            summary, covered = split_result(result, work.items)
+            if covered == 0:
+                return None
+            if not summary:
+                raise SummarizerError(
+                    "summarizer result has no summary message before the kept turns; "
+                    "a checkpoint needs one"
+                )
+            opener = opener_before(work.items, covered)
         _check_summary(summary)
         marked = [mark_summary(m, now) for m in summary]
-        opener = opener_before(work.items, covered)
-        messages = work.checkpoint(marked, covered, opener=opener)
-        return messages, work.covers_to_after(covered), name
+        end = max(covered, changed)
+        before, read = originals
+        if read is not None and needs_originals(work.items[covered:]):
+            before = {**await read(), **before}
+        kept = still_held(work.items[covered:], before, marked)
+        work = attrs.evolve(work, items=(*work.items[:covered], *kept))
+        copies = work.items[covered:end]
+        messages = work.checkpoint(marked, end, opener=opener, copies=copies)
+        return messages, work.covers_to_after(end), name
 
     async def _call(
         self,
@@ -154,3 +243,10 @@ def _check_summary(summary: Sequence[ChatMessage]) -> None:
                 "summarizer result splits a tool call from its results (a summary "
                 "message cannot be a tool call or result)"
             )
+
+
+def _made_by(work: Work, stage: Stage) -> Made:
+    """The checkpoint of a compaction made by ``stage``'s step: the prior summary, then the
+    changed messages (and those between them) as copies."""
+    messages = work.checkpoint(work.prior, stage.end, copies=stage.items[: stage.end])
+    return messages, work.covers_to_after(stage.end), stage.step

@@ -16,6 +16,10 @@ sentence saying it is a record of the earlier conversation, not instructions, so
 quoted in it cannot read as system-level orders (a closing tag inside the text is defused).
 Summaries of role ``user``/``assistant`` (``summary_role``) are not merged: they follow the
 header, framed alike. The merged message ``is_summary``.
+
+Grounding survives the merge: the header's ``metadata["chatlayers"]["sources"]`` is the
+merged summaries' (``covers``: the ids of the raw messages they summarize, oldest first;
+``facts``: each fact they state → the id of the message it came from), never in the text.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import attrs
 
 from storage.message import INSTRUCTION_ROLES, ChatMessage, thaw
 
-__all__ = ["FRAME", "SEPARATOR", "framed", "header_messages"]
+__all__ = ["FRAME", "SEPARATOR", "framed", "header_messages", "merged_sources"]
 
 SEPARATOR: Final = "\n\n---\n\n"
 """Between the pinned prompt's text and the framed summary."""
@@ -52,11 +56,35 @@ def framed(text: str) -> str:
     return f"{FRAME}\n{_OPEN}\n{inner}\n{_CLOSE}"
 
 
-def _marked(metadata: Mapping[str, Any]) -> dict[str, Any]:
+def _marked(metadata: Mapping[str, Any], sources: dict[str, Any] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = thaw(metadata)
     own = meta.get("chatlayers")
     meta["chatlayers"] = {**(own if isinstance(own, dict) else {}), "summary": True}
+    if sources is not None:
+        meta["chatlayers"]["sources"] = sources
     return meta
+
+
+def merged_sources(summaries: Sequence[ChatMessage]) -> dict[str, Any] | None:
+    """The ``sources`` of ``summaries`` as one (``covers`` in order without repeats, the first
+    source of each fact); ``None`` when none has any."""
+    covers: dict[str, None] = {}
+    facts: dict[str, Any] = {}
+    found = False
+    for summary in summaries:
+        marker = summary.metadata.get("chatlayers")
+        sources = marker.get("sources") if isinstance(marker, Mapping) else None
+        if not isinstance(sources, Mapping):
+            continue
+        found = True
+        listed = sources.get("covers")
+        if isinstance(listed, list | tuple):
+            covers.update((c, None) for c in listed if isinstance(c, str))
+        named = sources.get("facts")
+        if isinstance(named, Mapping):
+            for fact, source in named.items():
+                facts.setdefault(str(fact), source)
+    return {"covers": list(covers), "facts": facts} if found else None
 
 
 def _join_content(content: Any, addition: str) -> Any:
@@ -92,11 +120,14 @@ def header_messages(
     if not merged:
         return [pinned, *others] if pinned is not None else others
     text = framed("\n\n".join(s.text for s in merged))
+    sources = merged_sources(merged)
     if pinned is not None:
         head = attrs.evolve(
-            pinned, content=_join_content(pinned.content, text), metadata=_marked(pinned.metadata)
+            pinned,
+            content=_join_content(pinned.content, text),
+            metadata=_marked(pinned.metadata, sources),
         )
     else:
         first = merged[0]
-        head = attrs.evolve(first, content=text, metadata=_marked(first.metadata))
+        head = attrs.evolve(first, content=text, metadata=_marked(first.metadata, sources))
     return [head, *others]

@@ -29,17 +29,15 @@ from storage.abilities import (
     SequencedStorage,
     SessionListing,
 )
-from storage.layers.summarizing.attributes import Delegated, Settable
+from storage.layers.summarizing.attributes import LayerAttributes
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.options import (
-    Coherence,
     CoherenceChoice,
     ContextWindow,
     KeepLast,
     KeepTokens,
     LeaseTtl,
     MaxBuffers,
-    OnError,
     OnErrorChoice,
     ProcessRecheck,
     RetryBackoff,
@@ -47,7 +45,6 @@ from storage.layers.summarizing.options import (
     Summaries,
     SummariesChoice,
     SummarizingOptions,
-    SummaryRole,
     SummaryRoleChoice,
     Timeout,
     TriggerAt,
@@ -66,7 +63,7 @@ from storage.summarizer import ChatSummarizer, default_summarizer
 __all__ = ["SummarizingChatStorage"]
 
 
-class SummarizingChatStorage(ChatStorageWrapper):
+class SummarizingChatStorage(LayerAttributes, ChatStorageWrapper):
     """Serve a summarized view of long histories; the inner store keeps every raw message.
 
     Args:
@@ -94,7 +91,14 @@ class SummarizingChatStorage(ChatStorageWrapper):
             are older than the last ``trim_keep_turns`` turns to head + tail + a marker, in
             the view only, at compaction points, before any summary is made (no model call
             when trimming alone brings the view under the budget). ``None``: off.
-        trim_keep_turns: turns whose tool results are never trimmed (default 2, >= 0).
+        trim_keep_turns: turns whose tool results no no-model step changes (trimming,
+            clearing; default 2, >= 0).
+        clear_tool_results: at compaction points, before any summary is made, in the view
+            only: a tool result older than the last ``trim_keep_turns`` turns whose facts and
+            words the view's summary already states is replaced by a short marker, and so is
+            an older result of a call (same tool, same arguments) made again later; the call
+            stays answered (:mod:`.clearing`). No model call when that brings the view under
+            the budget. Default ``True``.
         background: a save returns once the raw write is done; summaries are made in a task
             group the layer owns: enter it with ``async with layer:`` (or
             ``async with layer.background_tasks():``) before use.
@@ -142,7 +146,12 @@ class SummarizingChatStorage(ChatStorageWrapper):
         checkpoint_conflicts: checkpoints another writer replaced first (compare-and-set lost).
         checkpoints_loaded: cold keys served from a stored checkpoint (no summarizer call).
         summarizer_calls: calls of the summarizer since construction.
-        trims_made: compactions made by trimming alone (no summarizer call).
+        clears_made: compactions made by clearing tool results the summary holds (no
+            summarizer call).
+        collapses_made: compactions made by clearing older results of repeated calls, after
+            clearing (no summarizer call).
+        trims_made: compactions made by trimming, after clearing and collapsing (no
+            summarizer call).
         saves_triggering: saves that found the view due and started (or, in background
             mode, scheduled) a compaction.
 
@@ -190,30 +199,6 @@ class SummarizingChatStorage(ChatStorageWrapper):
         hides=(CheckpointStorage,),
     )
 
-    trigger_at = Delegated[int | None]("_options")
-    keep_last = Delegated[int]("_options")
-    trigger_tokens = Delegated[int | None]("_options")
-    keep_tokens = Delegated[int | None]("_options")
-    model = Delegated[str]("_options")
-    trim_tool_results = Delegated[int | None]("_options")
-    trim_keep_turns = Delegated[int]("_options")
-    background = Delegated[bool]("_options")
-    max_buffers = Delegated[int]("_options")
-    timeout = Delegated[float | None]("_options")
-    lease_ttl = Delegated[float]("_options")
-    summary_role = Delegated[SummaryRole]("_options")
-    coherence = Delegated[Coherence]("_options")
-    on_error = Delegated[OnError]("_options")
-
-    summaries_made = Settable[int]("_counts")
-    summary_failures = Settable[int]("_counts")
-    lease_busy = Settable[int]("_counts")
-    checkpoint_conflicts = Settable[int]("_counts")
-    checkpoints_loaded = Settable[int]("_counts")
-    summarizer_calls = Settable[int]("_counts")
-    trims_made = Settable[int]("_counts")
-    saves_triggering = Settable[int]("_counts")
-
     def __init__(
         self,
         inner: ChatStorage,
@@ -237,6 +222,7 @@ class SummarizingChatStorage(ChatStorageWrapper):
         model: str | None = None,
         trim_tool_results: TrimToolResults | None = None,
         trim_keep_turns: TrimKeepTurns = 2,
+        clear_tool_results: bool = True,
         background: bool = False,
         context_window: ContextWindow | None = None,
         process_recheck: ProcessRecheck | None = 1.0,
@@ -261,6 +247,7 @@ class SummarizingChatStorage(ChatStorageWrapper):
             model=model,
             trim_tool_results=trim_tool_results,
             trim_keep_turns=trim_keep_turns,
+            clear_tool_results=clear_tool_results,
             background=background,
             context_window=context_window,
             process_recheck=process_recheck,
@@ -496,6 +483,7 @@ class SummarizingChatStorage(ChatStorageWrapper):
             )
             + f"keep_last={o.keep_last}, "
             + (f"trim_tool_results={o.trim_tool_results}, " if o.trim_tool_results else "")
+            + ("" if o.clear_tool_results else "clear_tool_results=False, ")
             + ("background=True, " if o.background else "")
             + f"max_buffers={o.max_buffers}, summaries={self.summaries}, "
             + (f"coherence={o.coherence}, " if self.summaries == "store" else "")

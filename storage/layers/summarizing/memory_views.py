@@ -26,10 +26,22 @@ from storage.errors import InvalidArgumentError, SummarizerError
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import BaseViews
 from storage.layers.summarizing.calling import run_summarizer
-from storage.layers.summarizing.cutting import PINNED_ROLES, mark_verbatim, source_form
+from storage.layers.summarizing.clearing import (
+    Stage,
+    cleared_reason,
+    needs_originals,
+    still_held,
+)
+from storage.layers.summarizing.compaction import Compaction
+from storage.layers.summarizing.cutting import PINNED_ROLES, Work, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
-from storage.layers.summarizing.projection import leading_summaries, serve, start_right
+from storage.layers.summarizing.projection import (
+    leading_summaries,
+    serve,
+    start_right,
+    without_orphans,
+)
 from storage.layers.summarizing.reporting import CompactionReport, compaction_span
 from storage.layers.summarizing.state import KeyStates, MemoryState
 from storage.message import ChatKey, ChatMessage
@@ -95,6 +107,7 @@ class MemoryViews(BaseViews[MemoryState]):
         super().__init__(options, policy, states, summarizer, background)
         self.inner = inner
         self._explicit = attrs.evolve(policy, on_error="raise")  # compact() always raises
+        self.compaction = Compaction(options, policy, self.counts)
         self._compaction_seq = itertools.count(1)  # the view versions
 
     def version(self, key: ChatKey) -> str:
@@ -114,7 +127,7 @@ class MemoryViews(BaseViews[MemoryState]):
                 else:
                     await self._resummarize(state, key)
             return serve(state.view, limit, self.serve_window(state))
-        raw = start_right(await self.inner.fetch(key))
+        raw = self._raw_view(await self.inner.fetch(key))
         if not policy.over(raw):
             return serve(raw, limit, None)
         state = self.states.create(key)
@@ -130,7 +143,7 @@ class MemoryViews(BaseViews[MemoryState]):
                 state.summarizing = True
                 state.pending = []
                 try:
-                    raw = start_right(await self.inner.fetch(key))
+                    raw = self._raw_view(await self.inner.fetch(key))
                 except BaseException:
                     state.summarizing = False
                     self._drop_if_cold(key, state)
@@ -171,14 +184,16 @@ class MemoryViews(BaseViews[MemoryState]):
         *,
         activation: bool,
         policy: Policy | None = None,
+        summarize: bool = False,
     ) -> None:
-        """Run the summarizer on ``source``; called with ``state.lock`` held and
+        """Compact ``source``: the no-model steps, then the summarizer when they do not make
+        the view fit (``summarize``: always). Called with ``state.lock`` held and
         ``state.summarizing`` already set (so no save can slip between snapshot and call).
         ``policy``: what a failure does (default: the layer's). A ``compaction`` span of the
         telemetry hook when a recorder listens."""
         listener = recorder()
         if listener is None:
-            return await self._compact(state, key, source, activation, policy, None)
+            return await self._compact(state, key, source, activation, policy, summarize, None)
         trigger = (
             "manual"
             if policy is not None
@@ -189,7 +204,7 @@ class MemoryViews(BaseViews[MemoryState]):
         with compaction_span(listener, key, state, trigger, "memory") as report:
             if state.view is None:
                 report.set("messages.before", len(source))
-            await self._compact(state, key, source, activation, policy, report)
+            await self._compact(state, key, source, activation, policy, summarize, report)
 
     async def _compact(
         self,
@@ -198,19 +213,16 @@ class MemoryViews(BaseViews[MemoryState]):
         source: list[ChatMessage],
         activation: bool,
         policy: Policy | None,
+        summarize: bool,
         report: CompactionReport | None,
     ) -> None:
         """:meth:`_summarize` (``report``: the span, told what came of it)."""
         policy = policy or self.policy
-        accepted: list[ChatMessage] | None = None
-        self.counts.summarizer_calls += 1
         # The leading system prompt is pinned: never summarized, first in every view.
         pinned = pinned_of(source)
-        body = source[1:] if pinned is not None else source
+        attempt = _Attempt(source[1:] if pinned is not None else source)
         try:
-            accepted = await run_summarizer(
-                self.summarizer, body, self.options.keep_last, self.options.timeout
-            )
+            await self._attempt(state, key, pinned, attempt, summarize)
         except BaseException as exc:
             self.counts.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -223,25 +235,83 @@ class MemoryViews(BaseViews[MemoryState]):
             pending, state.pending = state.pending, []
             seen = {m.id for m in source}
             late = [m for m in pending if m.id not in seen]
-            if accepted is not None:
-                policy.succeeded(state)
-                install(state, pinned, accepted, late)
-                if accepted != body:  # an unchanged view: nothing could be summarized
-                    self.counts.summaries_made += 1
-                    state.compactions = next(self._compaction_seq)
-                    if report is not None:
-                        report.installed(state.view)
-                elif report is not None:
-                    report.set("outcome", "unchanged")
-                policy.settle(state)
+            if attempt.accepted is not None:
+                self._install(state, pinned, attempt, late, policy, report)
             elif state.view is None and activation:
                 if policy.fallback:  # serve the raw window until a retry succeeds
                     state.show((), [*source, *late])
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
             # On failure an active view already holds source + pending.
-            if accepted is None and report is not None and policy.fallback:
+            if attempt.accepted is None and report is not None and policy.fallback:
                 report.set("outcome", "error")  # absorbed: a fallback view is served
+
+    async def _attempt(
+        self,
+        state: MemoryState,
+        key: ChatKey,
+        pinned: ChatMessage | None,
+        attempt: _Attempt,
+        summarize: bool,
+    ) -> None:
+        """The no-model steps on ``attempt.body``, then the summarizer unless one of them
+        makes the view fit (``summarize``: always); what comes of it is set on ``attempt``."""
+        compaction = self.compaction
+        work = _work_of(pinned, attempt.body)
+        attempt.stages = stages = compaction.stages(work)
+        if stages:
+            if not summarize:
+                attempt.made = compaction.lightened(state, work, stages)
+            attempt.body = [*work.prior, *stages[-1].items]  # the summarizer reads less
+        if attempt.made is not None:
+            attempt.accepted = [*work.prior, *attempt.made.items]
+            return
+        self.counts.summarizer_calls += 1
+        result = await run_summarizer(
+            self.summarizer, attempt.body, self.options.keep_last, self.options.timeout
+        )
+        if stages or needs_originals(work.items):  # judged by the previous summary
+            originals = {m.id: m for m in work.items if cleared_reason(m) is None}
+            if needs_originals(work.items):
+                originals = {m.id: m for m in await self.inner.fetch(key)} | originals
+            made = leading_summaries(result)
+            result = [*result[:made], *still_held(result[made:], originals, result[:made])]
+        attempt.accepted = result
+
+    def _install(
+        self,
+        state: MemoryState,
+        pinned: ChatMessage | None,
+        attempt: _Attempt,
+        late: list[ChatMessage],
+        policy: Policy,
+        report: CompactionReport | None,
+    ) -> None:
+        """Make the view from an accepted result, ``late`` saves after it, and count it."""
+        accepted = attempt.accepted
+        assert accepted is not None
+        policy.succeeded(state)
+        install(state, pinned, accepted, late)
+        # An unchanged view: nothing could be summarized (the steps' view, if any).
+        stages = attempt.stages
+        step = attempt.made or (stages[-1] if stages and accepted == attempt.body else None)
+        if step is not None:
+            self.compaction.count(step.step)
+        if step is not None or accepted != attempt.body:
+            self.counts.summaries_made += 1
+            state.compactions = next(self._compaction_seq)
+            if report is not None:
+                report.set("kind", step.step if step is not None else "summary")
+                report.installed(state.view)
+        elif report is not None:
+            report.set("outcome", "unchanged")
+        policy.settle(state)
+
+    @staticmethod
+    def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:
+        """A cold key's raw history as a view: its damaged start and the tool results that
+        answer no call left out."""
+        return without_orphans(start_right(raw))
 
     def _drop_if_cold(self, key: ChatKey, state: MemoryState) -> None:
         if state.view is None and not state.lock.statistics().tasks_waiting:
@@ -258,7 +328,7 @@ class MemoryViews(BaseViews[MemoryState]):
         state = self.states.create(key)
         async with state.lock:
             cached = state.view is not None
-            messages = source(state) if cached else start_right(await self.inner.fetch(key))
+            messages = source(state) if cached else self._raw_view(await self.inner.fetch(key))
             if not messages:
                 self._drop_if_cold(key, state)
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
@@ -279,6 +349,29 @@ class MemoryViews(BaseViews[MemoryState]):
             else:
                 state.summarizing = True
                 state.pending = []
-                await self._summarize(state, key, messages, activation=True, policy=self._explicit)
+                await self._summarize(
+                    state, key, messages, activation=True, policy=self._explicit, summarize=True
+                )
             assert state.view is not None
             return list(state.view)
+
+
+@attrs.define
+class _Attempt:
+    """One memory-mode compaction attempt: what the summarizer reads (``body``), the no-model
+    steps' stages, the stage that made the view fit alone (``made``), and the accepted result
+    (``None``: none yet, or it failed)."""
+
+    body: list[ChatMessage]
+    stages: list[Stage] = attrs.field(factory=list)
+    made: Stage | None = None
+    accepted: list[ChatMessage] | None = None
+
+
+def _work_of(pinned: ChatMessage | None, body: Sequence[ChatMessage]) -> Work:
+    """A memory-mode compaction's work: the prior summary at the start of ``body`` (the
+    summarizer source after the pinned prompt), then every message after it (none carried:
+    the whole view is in memory)."""
+    prior = leading_summaries(body)
+    items = tuple(body[prior:])
+    return Work(pinned, tuple(body[:prior]), items, (0,) * len(items), 0, 0)

@@ -183,6 +183,7 @@ class SummarizingOptions:
     model: str
     trim_tool_results: int | None
     trim_keep_turns: int
+    clear_tool_results: bool
     background: bool
     process_recheck: float | None
 
@@ -217,6 +218,7 @@ class SummarizingOptions:
         model: str | None,
         trim_tool_results: int | None,
         trim_keep_turns: int,
+        clear_tool_results: bool,
         background: bool,
         context_window: int | None,
         process_recheck: float | None,
@@ -275,6 +277,7 @@ class SummarizingOptions:
             model=model,
             trim_tool_results=trim_tool_results,
             trim_keep_turns=trim_keep_turns,
+            clear_tool_results=bool(clear_tool_results),
             background=bool(background),
             process_recheck=None if coherence == "store" else process_recheck,
         )

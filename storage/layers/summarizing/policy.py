@@ -99,16 +99,18 @@ class Policy:
 
     def message_size(self) -> Callable[[ChatMessage], int] | None:
         """The size of one message in tokens, counted once per message (``None``: the budget
-        counts messages). A changed copy keeping a raw message's id (a trimmed tool result,
-        a header merging a summary into the pinned prompt) is counted as its own text."""
+        counts messages). A changed copy keeping a raw message's id (a trimmed or cleared tool
+        result, a header merging a summary into the pinned prompt) is counted as its own
+        text."""
         counter = self.counter
         if counter is None:
             return None
 
         def measure(message: ChatMessage) -> int:
             marker = message.metadata.get("chatlayers")
-            if marker and marker.get("trimmed_chars"):  # a trimmed copy keeps its id
-                return counter.count(message, f"{message.id}\x00trimmed")
+            if marker and marker.get("trimmed_chars"):  # a trimmed or cleared copy keeps its id
+                how = marker.get("cleared") or "trimmed"  # the reason names the text
+                return counter.count(message, f"{message.id}\x00{how}")
             if marker and marker.get("summary"):  # a header keeps the prompt's id
                 return counter.count(message, f"{message.id}\x00{hash(message.text)}")
             return counter.count(message)

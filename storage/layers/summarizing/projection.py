@@ -20,13 +20,16 @@ from storage.message import INSTRUCTION_ROLES, ChatMessage
 
 __all__ = [
     "check_result",
+    "damaged_start",
     "leading_summaries",
     "mark_summary",
+    "open_calls",
+    "orphaned_results",
     "serve",
-    "damaged_start",
     "split_result",
     "start_right",
     "summary_message",
+    "without_orphans",
 ]
 
 
@@ -163,3 +166,55 @@ def start_right(view: list[ChatMessage]) -> list[ChatMessage]:
     if start == lead:
         return list(view)
     return [*view[:lead], *view[start:]]
+
+
+def open_calls(messages: Sequence[ChatMessage], end: int | None = None) -> set[str]:
+    """The ids of the calls a tool result right after ``messages[:end]`` may answer: those of
+    the assistant message ending them (or ending them but for its results), not answered yet
+    (empty: none). Reads back only over that last group."""
+    answered: set[str | None] = set()
+    for index in range(len(messages) if end is None else end, 0, -1):
+        index -= 1
+        message = messages[index]
+        if message.role == "tool":
+            answered.add(message.tool_call_id)
+            continue
+        if message.role == "assistant" and message.tool_calls:
+            return {call.id for call in message.tool_calls if call.id not in answered}
+        break
+    return set()
+
+
+def orphaned_results(
+    messages: Sequence[ChatMessage], before: Sequence[ChatMessage] = (), end: int | None = None
+) -> list[int]:
+    """The indexes of the tool results of ``messages`` (following ``before[:end]``) that
+    answer no call: a result belongs right after the assistant message holding its call,
+    among that message's other results, once. Empty (the usual case) without a copy."""
+    found: list[int] = []
+    calls: set[str] | None = None  # what the next result may answer; from ``before`` lazily
+    for index, message in enumerate(messages):
+        role = message.role
+        if role == "tool":
+            if calls is None:
+                calls = open_calls(before, end)
+            answers = message.tool_call_id
+            if answers is not None and answers in calls:
+                calls.discard(answers)
+            else:
+                found.append(index)
+        elif role == "assistant" and message.tool_calls:
+            calls = {call.id for call in message.tool_calls}
+        else:
+            calls = set()
+    return found
+
+
+def without_orphans(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` (a raw history, leading summary or prompt included) without the tool results
+    :func:`orphaned_results` finds; ``messages`` itself when there are none."""
+    found = orphaned_results(messages)
+    if not found:
+        return messages
+    drop = set(found)
+    return [m for i, m in enumerate(messages) if i not in drop]

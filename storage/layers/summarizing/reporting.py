@@ -3,11 +3,12 @@
 
 Attributes: ``trigger`` (``inline``: the save or fetch that found the view due,
 ``background``: a task the save scheduled, ``manual``: ``compact()``), ``mode`` (``store`` or
-``memory`` summaries), ``kind`` (``summary``, ``trim``: trimming alone, ``given``: a summary
-passed to ``compact()``), ``outcome`` (``installed``, ``unchanged``: nothing could be cut or
-another worker did it, ``lease_busy``, ``conflict``: another writer's checkpoint won,
-``error``: the summarizer failed, also when ``on_error="fallback"`` absorbs it), and the
-view's messages and tokens before and after (``messages.before``, ``tokens.after``, ...).
+``memory`` summaries), ``kind`` (``summary``; ``clear``, ``collapse`` or ``trim``: that
+no-model step alone, with no summarizer call; ``given``: a summary passed to ``compact()``),
+``outcome`` (``installed``, ``unchanged``: nothing could be cut or another worker did it,
+``lease_busy``, ``conflict``: another writer's checkpoint won, ``error``: the summarizer
+failed, also when ``on_error="fallback"`` absorbs it), and the view's messages and tokens
+before and after (``messages.before``, ``tokens.after``, ...).
 The summarizer call inside is a ``summarize`` child span (:mod:`.calling`).
 """
 

@@ -12,6 +12,8 @@ stored summary part, the view, its size and its hold), :meth:`StoreState.rebuild
 :meth:`StoreState.install` (those plus the checkpoint and the head it was read under),
 :meth:`StoreState.catch_up` (the raw messages read since, the head, what is synced, the
 generation). A store-mode view's checkpoint version is its head's, never a copy beside it.
+Each of them leaves out the tool results that answer no call
+(:func:`~storage.layers.summarizing.projection.orphaned_results`): a view never holds one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import anyio
 from storage.abilities import Head, SummaryCheckpoint, Tail
 from storage.layers.summarizing.cutting import view_form
 from storage.layers.summarizing.hold import Hold, Unit, read_hold
+from storage.layers.summarizing.projection import orphaned_results
 from storage.message import ChatKey, ChatMessage
 
 __all__ = ["KeyState", "KeyStates", "MemoryState", "StoreState"]
@@ -120,6 +123,7 @@ class KeyState:
         view shows it, then ``tail`` (``seqs``: the tail's sequences, store mode). Sets the
         stored form, the view, its summary length, sequences, size and hold together."""
         summary = view_form(stored) if stored else []
+        tail, seqs = _answered(tail, seqs, summary)
         self.stored = tuple(stored)
         self.view = [*summary, *tail]
         self.n_summary = len(summary)
@@ -138,6 +142,7 @@ class KeyState:
         if dedupe:
             have = {m.id for m in self.view[self.n_summary :]}
             messages = [m for m in messages if m.id not in have]
+        messages = _answered(messages, (), self.view)[0]
         self.view.extend(messages)
         self.seqs.extend([None] * len(messages))
         if self.measure is not None:
@@ -150,6 +155,22 @@ class KeyState:
         while n and seqs[n - 1] is None:
             n -= 1
         return n
+
+
+def _answered(
+    messages: Sequence[ChatMessage],
+    seqs: Sequence[int | None],
+    before: Sequence[ChatMessage],
+    end: int | None = None,
+) -> tuple[Sequence[ChatMessage], Sequence[int | None]]:
+    """``messages`` (and their ``seqs``, when given) after ``before[:end]`` without the tool
+    results that answer no call; the same sequences when there are none."""
+    found = orphaned_results(messages, before, end)
+    if not found:
+        return messages, seqs
+    drop = set(found)
+    kept = [m for i, m in enumerate(messages) if i not in drop]
+    return kept, [s for i, s in enumerate(seqs) if i not in drop]
 
 
 class StoreState(KeyState):
@@ -239,12 +260,14 @@ class StoreState(KeyState):
             fresh = {m.id for m in tail.messages}
             known = {m.id for m in unread}
             later = [m for m in unread if m.id not in fresh]  # committed after the read
+            end, seqs = _answered(
+                [*tail.messages, *later], [*tail.seqs, *([None] * len(later))], view, sequenced
+            )
             if self.measure is not None:  # only the replaced end is measured
-                removed = self.size_of(unread)
-                self.tokens += self.size_of(tail.messages) + self.size_of(later) - removed
-            view[sequenced:] = [*tail.messages, *later]
-            self.seqs[sequenced - start :] = [*tail.seqs, *([None] * len(later))]
-            grew = any(m.id not in known for m in tail.messages)
+                self.tokens += self.size_of(end) - self.size_of(unread)
+            view[sequenced:] = end
+            self.seqs[sequenced - start :] = seqs
+            grew = any(m.id not in known for m in end)
         self.head = tail.head
         self.synced_seq = max(self.synced_seq, tail.head.last_seq)
         self.generation += 1

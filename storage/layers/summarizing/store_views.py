@@ -26,6 +26,7 @@ from storage.errors import ConflictError, InvalidArgumentError, InvalidMessageEr
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import BaseViews
+from storage.layers.summarizing.clearing import STEPS
 from storage.layers.summarizing.compaction import Compaction
 from storage.layers.summarizing.cutting import Work, mark_verbatim, pinned_prompt, view_form
 from storage.layers.summarizing.hold import with_hold, without_hold
@@ -128,6 +129,12 @@ class StoreViews(BaseViews[StoreState]):
             if window is not None and state.n_summary == 0:
                 return serve(state.view, limit, window)  # no summary yet: newest window
             return serve(state.view, limit, None)
+        return await self._fetch_cold(key, limit)
+
+    async def _fetch_cold(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        """:meth:`fetch` of a key whose view is not cached: loaded from the store (the
+        checkpoint and the raw messages after it), summarized first when due."""
+        store = self.store
         state = self.states.create(key)
         async with state.sync_lock:
             if state.view is None:
@@ -238,7 +245,18 @@ class StoreViews(BaseViews[StoreState]):
                 base_version = state.cp_version
                 epoch = state.head.epoch
             calls = self.counts.summarizer_calls
-            made = await compaction.compose(state, work, self.summarizer, self.summarizer_name)
+
+            async def originals() -> dict[str, ChatMessage]:  # of earlier cleared results
+                return {m.id: m for m in (await store.fetch_since(key, 0)).messages}
+
+            made = await compaction.compose(
+                state,
+                work,
+                self.summarizer,
+                self.summarizer_name,
+                summarize=force,
+                originals=originals,
+            )
             if made is None or (made[1] <= covers and made[0] == head):
                 report.set("outcome", "unchanged")
                 if self.counts.summarizer_calls != calls:
@@ -248,7 +266,7 @@ class StoreViews(BaseViews[StoreState]):
                     self.policy.settle(state)
                 return False
             messages, covers_to, name = made
-            report.set("kind", "trim" if name == "trim" else "summary")
+            report.set("kind", name if name in STEPS else "summary")
             # The hold is decided from what is stored (the checkpoint and the raw messages
             # after it), and stored with it, so every instance holds the key alike.
             kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]

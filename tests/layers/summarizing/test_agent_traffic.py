@@ -238,7 +238,7 @@ def test_budget_and_agent_options_from_a_url(tmp_path: Path) -> None:
 
 
 def chat_turn(n: int, output_chars: int) -> list[ChatMessage]:
-    call = ToolCall(f"t{n}", "search", '{"q": "flights"}')
+    call = ToolCall(f"t{n}", "search", f'{{"q": "flights, question {n}"}}')
     return [
         ChatMessage("user", f"Question {n}: which flights go to Paris?"),
         ChatMessage("assistant", None, (call,)),

@@ -10,6 +10,7 @@ result (the request then ends with what the model answers)."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -221,6 +222,45 @@ async def test_compact_replace_purge_and_cold_views_are_accepted() -> None:
     tally.assert_clean(
         "compact(summary=)", "after replace", "after purge", "cold without checkpoint"
     )
+
+
+def rereading_traffic(seed: int, conversations: int = 6) -> list[list[ChatMessage]]:
+    """Agent runs that read the same few records again and again (the same tool and
+    arguments), so compactions clear and collapse old results before summarizing."""
+    rng = random.Random(seed)
+    out = []
+    for c in range(conversations):
+        messages = [ChatMessage("system", f"You are agent {c}. Use the tools; be brief.")]
+        for t in range(rng.randint(6, 12)):
+            messages.append(ChatMessage("user", f"Task {t}: check the orders again."))
+            for g in range(rng.choice([1, 2, 3])):
+                order = rng.choice(["A1B2C3", "D4E5F6", "G7H8J9"])
+                call = ToolCall(f"call_{g}", "get_order", f'{{"order_id": "{order}"}}')
+                items = [f"{kind} {order[:2]}" for kind in ("tent", "stove", "lamp", "mat")]
+                result = {"order_id": order, "total": 40 + t % 2, "items": items * 3}
+                messages.append(ChatMessage("assistant", None, (call,)))
+                messages.append(ChatMessage("tool", json.dumps(result), tool_call_id=call.id))
+            messages.append(ChatMessage("assistant", f"Done with task {t}."))
+        out.append(messages)
+    return out
+
+
+@pytest.mark.parametrize("summaries", ["store", "memory"])
+async def test_cleared_and_collapsed_views_are_accepted(summaries: str) -> None:
+    tally = Tally()
+    layer = layer_over(
+        InMemoryChatStorage(),
+        trigger_at=None,
+        trigger_tokens=900,
+        summaries=summaries,
+        trim_keep_turns=1,
+    )
+    for n, messages in enumerate(rereading_traffic(5)):
+        await replay(layer, ChatKey("u", f"s{n}", "a"), messages, tally, "cleared", limits=(3,))
+    tally.assert_clean("cleared", "limit=3")
+    assert layer.clears_made > 0
+    assert layer.collapses_made > 0
+    assert layer.summarizer_calls > 0
 
 
 def test_the_clients_refuse_the_old_two_system_shape() -> None:
