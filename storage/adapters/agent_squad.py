@@ -172,8 +172,7 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
     if citations is not None:
         first_meta["citations"] = citations
     if blocks is None:
-        meta = {META: first_meta} if first_meta else None
-        return [ChatMessage(role, None, created_at=created_at, metadata=meta)]
+        return [ChatMessage(role, None, created_at=created_at, metadata=_wrap_meta(first_meta))]
     if isinstance(blocks, str):
         # agent-squad's own code and tests pass plain strings too: one text block, read back
         # as the string it was.
@@ -184,29 +183,50 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
             f"ConversationMessage content must be a list of blocks, a string or None, "
             f"got {type(blocks).__name__}"
         )
+    if role == "assistant":
+        return [_assistant_message(blocks, created_at, first_meta)]
+    if role != "user":
+        value = _blocks_to_content(list(blocks))
+        return [ChatMessage(role, value, created_at=created_at, metadata=_wrap_meta(first_meta))]
+    return _user_messages(blocks, created_at, first_meta)
+
+
+def _wrap_meta(fields: dict[str, Any]) -> dict[str, Any] | None:
+    return {META: fields} if fields else None
+
+
+def _assistant_message(
+    blocks: Sequence[Any], created_at: datetime | None, first_meta: dict[str, Any]
+) -> ChatMessage:
+    """An assistant message: text blocks as content, tool-use blocks as tool calls."""
     layout: list[str] = []
     content: list[Any] = []
-    if role == "assistant":
-        calls: list[ToolCall] = []
-        for block in blocks:
-            use = _tool_use(block)
-            if use is None:
-                content.append(block)
-                layout.append("c")
-            else:
-                arguments = json.dumps(use["input"], ensure_ascii=False)
-                calls.append(ToolCall(use["toolUseId"], use["name"], arguments))
-                layout.append("t")
-        layout_text = "".join(layout)
-        if layout_text != "c" * len(content) + "t" * len(calls):
-            first_meta["layout"] = layout_text
-        value = None if calls and not content else _blocks_to_content(content)
-        meta = {META: first_meta} if first_meta else None
-        return [ChatMessage(role, value, calls, created_at=created_at, metadata=meta)]
-    if role != "user":
-        meta = {META: first_meta} if first_meta else None
-        value = _blocks_to_content(list(blocks))
-        return [ChatMessage(role, value, created_at=created_at, metadata=meta)]
+    calls: list[ToolCall] = []
+    for block in blocks:
+        use = _tool_use(block)
+        if use is None:
+            content.append(block)
+            layout.append("c")
+        else:
+            arguments = json.dumps(use["input"], ensure_ascii=False)
+            calls.append(ToolCall(use["toolUseId"], use["name"], arguments))
+            layout.append("t")
+    layout_text = "".join(layout)
+    if layout_text != "c" * len(content) + "t" * len(calls):
+        first_meta["layout"] = layout_text
+    value = None if calls and not content else _blocks_to_content(content)
+    return ChatMessage(
+        "assistant", value, calls, created_at=created_at, metadata=_wrap_meta(first_meta)
+    )
+
+
+def _user_messages(
+    blocks: Sequence[Any], created_at: datetime | None, first_meta: dict[str, Any]
+) -> list[ChatMessage]:
+    """A user message; one holding tool results becomes a ``tool`` message per result, then a
+    user message for its other blocks (if any), all naming one group."""
+    layout: list[str] = []
+    content: list[Any] = []
     results: list[Mapping[str, Any]] = []
     for block in blocks:
         result = _tool_result(block)
@@ -217,34 +237,17 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
             results.append(result)
             layout.append("t")
     if not results:
-        meta = {META: first_meta} if first_meta else None
         value = _blocks_to_content(content)
-        return [ChatMessage(role, value, created_at=created_at, metadata=meta)]
+        return [ChatMessage("user", value, created_at=created_at, metadata=_wrap_meta(first_meta))]
     layout_text = "".join(layout)
     if layout_text != "t" * len(results) + "c" * len(content):
         first_meta["layout"] = layout_text
     count = len(results) + (1 if content else 0)
     ids = [new_message_id() for _ in range(count)]
-    out: list[ChatMessage] = []
-    for n, result in enumerate(results):
-        # Every piece names its group, so two user messages in a row never merge.
-        meta_n: dict[str, Any] = dict(first_meta) if n == 0 else {}
-        meta_n["group"] = ids[0]
-        if "status" in result:
-            meta_n["status"] = result["status"]
-        result_blocks, json_blocks = _json_as_text(list(result["content"]))
-        if json_blocks:
-            meta_n["json"] = json_blocks
-        out.append(
-            ChatMessage(
-                "tool",
-                _blocks_to_content(result_blocks),
-                tool_call_id=result["toolUseId"],
-                id=ids[n],
-                created_at=created_at,
-                metadata={META: meta_n} if meta_n else None,
-            )
-        )
+    out = [
+        _tool_message(result, ids[n], ids[0], created_at, first_meta if n == 0 else {})
+        for n, result in enumerate(results)
+    ]
     if content:
         out.append(
             ChatMessage(
@@ -256,6 +259,31 @@ def to_chat_messages(message: Any) -> list[ChatMessage]:
             )
         )
     return out
+
+
+def _tool_message(
+    result: Mapping[str, Any],
+    message_id: str,
+    group: str,
+    created_at: datetime | None,
+    first_meta: dict[str, Any],
+) -> ChatMessage:
+    # Every piece names its group, so two user messages in a row never merge.
+    meta: dict[str, Any] = dict(first_meta)
+    meta["group"] = group
+    if "status" in result:
+        meta["status"] = result["status"]
+    result_blocks, json_blocks = _json_as_text(list(result["content"]))
+    if json_blocks:
+        meta["json"] = json_blocks
+    return ChatMessage(
+        "tool",
+        _blocks_to_content(result_blocks),
+        tool_call_id=result["toolUseId"],
+        id=message_id,
+        created_at=created_at,
+        metadata={META: meta},
+    )
 
 
 def _meta(message: ChatMessage) -> Mapping[str, Any]:

@@ -100,40 +100,8 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
     meta: dict[str, Any] = {}
     if lc_type != _TYPE_OF_ROLE[role]:
         meta["type"] = lc_type
-    content = data["content"]
-    if isinstance(content, list):
-        parts: list[Any] = []
-        strings: list[int] = []
-        for n, part in enumerate(content):
-            if isinstance(part, str):
-                strings.append(n)
-                parts.append({"type": "text", "text": part})
-            else:
-                parts.append(part)
-        if strings:
-            meta["str_parts"] = strings
-        content = parts
-    calls: list[ToolCall] = []
-    null_ids: list[int] = []
-    empty_ids: list[int] = []
-    for n, call in enumerate(data.get("tool_calls") or ()):
-        try:
-            arguments = json.dumps(call["args"], ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessageError(
-                f"tool call {n} ({call.get('name')!r}): args are not JSON data: {exc}"
-            ) from exc
-        call_id = call.get("id")
-        if call_id is None:
-            null_ids.append(n)
-        elif call_id == "":
-            empty_ids.append(n)
-        stored_id = "" if call_id is None else call_id or NO_CALL_ID
-        calls.append(ToolCall(stored_id, call["name"], arguments))
-    if null_ids:
-        meta["null_call_ids"] = null_ids
-    if empty_ids:
-        meta["empty_call_ids"] = empty_ids
+    content = _content(data["content"], meta)
+    calls = _tool_calls(data.get("tool_calls") or (), meta)
     tool_call_id = data.get("tool_call_id")
     if role == "tool" and tool_call_id == "":
         # LangChain answers a call without an id with tool_call_id="" (a chat message needs
@@ -157,6 +125,53 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
         metadata={META: meta} if meta else None,
         **kwargs,
     )
+
+
+def _content(content: Any, meta: dict[str, Any]) -> Any:
+    """The content; bare strings in a list become text parts, their positions noted in ``meta``."""
+    if not isinstance(content, list):
+        return content
+    parts: list[Any] = []
+    strings: list[int] = []
+    for n, part in enumerate(content):
+        if isinstance(part, str):
+            strings.append(n)
+            parts.append({"type": "text", "text": part})
+        else:
+            parts.append(part)
+    if strings:
+        meta["str_parts"] = strings
+    return parts
+
+
+def _tool_calls(entries: Sequence[Mapping[str, Any]], meta: dict[str, Any]) -> list[ToolCall]:
+    """LangChain tool calls as ``ToolCall``; ``None`` and empty ids are noted in ``meta``.
+
+    Raises:
+        InvalidMessageError: a call's ``args`` are not JSON data.
+    """
+    calls: list[ToolCall] = []
+    null_ids: list[int] = []
+    empty_ids: list[int] = []
+    for n, call in enumerate(entries):
+        try:
+            arguments = json.dumps(call["args"], ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessageError(
+                f"tool call {n} ({call.get('name')!r}): args are not JSON data: {exc}"
+            ) from exc
+        call_id = call.get("id")
+        if call_id is None:
+            null_ids.append(n)
+        elif call_id == "":
+            empty_ids.append(n)
+        stored_id = "" if call_id is None else call_id or NO_CALL_ID
+        calls.append(ToolCall(stored_id, call["name"], arguments))
+    if null_ids:
+        meta["null_call_ids"] = null_ids
+    if empty_ids:
+        meta["empty_call_ids"] = empty_ids
+    return calls
 
 
 def from_chat_message(message: ChatMessage) -> BaseMessage:
