@@ -26,8 +26,14 @@ Row = tuple[str, str, bool | None]
 Imports = list[tuple[str, str, float | None, str]]
 
 _FETCH_CASES = ("fetch_all", "fetch_last", "crowded_all", "crowded_last")
-_PEER_CASES = ("fetch_all", "fetch_last", "append_one", "append_batch", "crowded_all")
-_PEER_CASES += ("crowded_last",)
+_PEER_CASES = (
+    "fetch_all",
+    "fetch_last",
+    "append_one",
+    "append_batch",
+    "crowded_all",
+    "crowded_last",
+)
 _SERVER = ("chatlayers redis", "chatlayers postgres")
 
 
