@@ -39,11 +39,16 @@ def _json_roundtrips(value: Any) -> bool:
         return False
 
 
+def _only(block: Any, field: str) -> Any:
+    """``block[field]`` when ``block`` is a mapping holding that one key, else ``None``."""
+    if isinstance(block, Mapping) and len(block) == 1 and field in block:
+        return block[field]
+    return None
+
+
 def _tool_use(block: Any) -> Mapping[str, Any] | None:
     """The ``toolUse`` payload when ``block`` has exactly the shape a ToolCall keeps."""
-    if not isinstance(block, Mapping) or len(block) != 1 or "toolUse" not in block:
-        return None
-    use = block["toolUse"]
+    use = _only(block, "toolUse")
     if (
         isinstance(use, Mapping)
         and use.keys() == _TOOL_USE_KEYS
@@ -57,9 +62,7 @@ def _tool_use(block: Any) -> Mapping[str, Any] | None:
 
 def _tool_result(block: Any) -> Mapping[str, Any] | None:
     """The ``toolResult`` payload when ``block`` has exactly the shape a tool message keeps."""
-    if not isinstance(block, Mapping) or len(block) != 1 or "toolResult" not in block:
-        return None
-    result = block["toolResult"]
+    result = _only(block, "toolResult")
     if (
         isinstance(result, Mapping)
         and _TOOL_RESULT_KEYS.issuperset(result)

@@ -165,6 +165,7 @@ def scrub_value(value: Any, run: Run) -> Any:
     return value
 
 
+_FIELDS: Final = ("content", "tool_calls", "extra", "metadata")
 _AS_STORED: Final = frozenset({"content", "tool_calls"})
 
 
@@ -172,28 +173,21 @@ def scrub_message(message: ChatMessage, run: Run) -> ChatMessage:
     """Scrub every field of ``message`` that carries text (see :mod:`storage.pii.scrubber`);
     ``message`` itself when nothing changed, else a copy (same ``id``, ``created_at``,
     ``present``)."""
-    changes: dict[str, Any] = {}
     scrub = run.payload if message.role == "tool" else run.text
-    content = message.content
-    if content:
-        new_content = _scrub_content(content, scrub, run)
-        if new_content is not content:
-            changes["content"] = new_content
-    if message.tool_calls:
-        calls = _scrub_tool_calls(message.tool_calls, run)
-        if calls is not message.tool_calls:
-            changes["tool_calls"] = calls
-    if message.extra:
-        extra = _scrub_extra(message.extra, run)
-        if extra is not None:
-            changes["extra"] = extra
-    if message.metadata:
-        metadata = _scrub_metadata(message.metadata, run)
-        if metadata is not message.metadata:
-            changes["metadata"] = metadata
-    if not changes:
-        return message
-    return _with_changes(message, changes)
+    content, calls, extra, metadata = old = (
+        message.content,
+        message.tool_calls,
+        message.extra,
+        message.metadata,
+    )
+    new = (
+        _scrub_content(content, scrub, run) if content else content,
+        _scrub_tool_calls(calls, run) if calls else calls,
+        _scrub_extra(extra, run) if extra else extra,
+        _scrub_metadata(metadata, run) if metadata else metadata,
+    )
+    changes = {field: n for field, n, o in zip(_FIELDS, new, old, strict=True) if n is not o}
+    return _with_changes(message, changes) if changes else message
 
 
 def _scrub_content(
@@ -224,9 +218,9 @@ def _scrub_tool_calls(calls: tuple[ToolCall, ...], run: Run) -> tuple[ToolCall, 
     return calls
 
 
-def _scrub_extra(extra: Mapping[str, Any], run: Run) -> dict[str, Any] | None:
+def _scrub_extra(extra: Mapping[str, Any], run: Run) -> Mapping[str, Any]:
     """Legacy ``function_call`` arguments, the ``refusal`` text and the assistant audio's
-    ``transcript`` (never its base64 ``data``); ``None`` if unchanged."""
+    ``transcript`` (never its base64 ``data``); ``extra`` itself if unchanged."""
     out = dict(extra)
     call = extra.get("function_call")
     if isinstance(call, Mapping) and isinstance(call.get("arguments"), str):
@@ -242,7 +236,7 @@ def _scrub_extra(extra: Mapping[str, Any], run: Run) -> dict[str, Any] | None:
         if transcript != audio["transcript"]:
             out["audio"] = {**audio, "transcript": transcript}
     changed = any(out[k] is not extra[k] and out[k] != extra[k] for k in out)
-    return out if changed else None
+    return out if changed else extra
 
 
 def _scrub_metadata(metadata: Mapping[str, Any], run: Run) -> Mapping[str, Any]:
