@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import NO_CALL_ID, missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra, split_stack
 from storage.errors import InvalidMessageError
 from storage.message import ROLES, ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -255,12 +255,7 @@ class LangChainChatMessageHistory(BaseChatMessageHistory):
         limit: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(stack, SyncChatStorage):
-            self._sync: SyncChatStorage | None = stack
-            self.stack: ChatStorage = stack.stack
-        else:
-            self._sync = None
-            self.stack = stack
+        self.stack, self._sync = split_stack(stack)
         self.key = key
         self.limit = limit
 

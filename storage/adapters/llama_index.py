@@ -35,7 +35,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import NO_CALL_ID, missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra, split_stack
 from storage.adapters.rewrite import edit, insert, raw_history
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall, thaw
@@ -235,11 +235,7 @@ class LlamaIndexChatStore(BaseChatStore):
         self, stack: ChatStorage | SyncChatStorage, *, user_id: str, agent_id: str = "assistant"
     ) -> None:
         super().__init__(user_id=user_id, agent_id=agent_id)  # type: ignore[call-arg]
-        if isinstance(stack, SyncChatStorage):
-            self._sync = stack
-            self._stack = stack.stack
-        else:
-            self._stack = stack
+        self._stack, self._sync = split_stack(stack)
 
     @classmethod
     def class_name(cls) -> str:
