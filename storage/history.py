@@ -165,16 +165,20 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
         raise InvalidMessageError(
             f"{where}unknown role {role!r} (expected one of: {', '.join(sorted(ROLES))})"
         )
-    _check_content(message.content, where)
-    _check_tool_calls(message.tool_calls, role, where)
-    _check_tool_call_id(message.tool_call_id, role, where)
-    name = message.name
-    if name is not None:
-        if not isinstance(name, str):
-            raise InvalidMessageError(
-                f"{where}name must be a str or None, got {type(name).__name__}"
-            )
-        _check_text(name, "name", where)
+    # The checks of fields most messages leave empty are called only when there is something
+    # to check: this runs on every save.
+    content = message.content
+    if content.__class__ is str:
+        _check_text(content, "content", where)
+    else:
+        _check_content(content, where)
+    calls = message.tool_calls
+    if calls or calls.__class__ is not tuple:
+        _check_tool_calls(calls, role, where)
+    if message.tool_call_id is not None or role == "tool":
+        _check_tool_call_id(message.tool_call_id, role, where)
+    if message.name is not None:
+        _check_name(message.name, where)
     if not isinstance(message.id, str) or not message.id:
         raise InvalidMessageError(f"{where}id must be a non-empty str")
     _check_text(message.id, "id", where)
@@ -225,6 +229,12 @@ def _check_tool_calls(calls: object, role: str, where: str) -> None:
                     f"{where}tool_calls[{n}].{field} must be a str, got {type(value).__name__}"
                 )
             _check_text(value, f"tool_calls[{n}].{field}", where)
+
+
+def _check_name(name: object, where: str) -> None:
+    if not isinstance(name, str):
+        raise InvalidMessageError(f"{where}name must be a str or None, got {type(name).__name__}")
+    _check_text(name, "name", where)
 
 
 def _check_tool_call_id(tool_call_id: object, role: str, where: str) -> None:

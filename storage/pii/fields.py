@@ -41,21 +41,16 @@ def scrub_part(part: Any, scrub: Callable[[str], str], run: Run) -> Any:
     """
     if not isinstance(part, Mapping):
         return part
-    out = _scrub_texts(part, scrub)
-    out = _scrub_image_url(out, run)
-    out = _scrub_file(out, run)
-    out = _scrub_tool_result(out, run)
-    return _scrub_tool_use(out, run)
-
-
-def _scrub_texts(part: Mapping[str, Any], scrub: Callable[[str], str]) -> Mapping[str, Any]:
-    out = part
+    out: Mapping[str, Any] = part
     for field in ("text", "refusal"):
         value = out.get(field)
         if isinstance(value, str):
             new = scrub(value)
             if new != value:
                 out = {**out, field: new}
+    for field, scrub_field in _PART_FIELDS:
+        if field in out:
+            out = scrub_field(out, run)
     return out
 
 
@@ -97,6 +92,17 @@ def _scrub_tool_use(part: Mapping[str, Any], run: Run) -> Mapping[str, Any]:
         if new_input is not use["input"]:
             return {**part, "toolUse": {**use, "input": new_input}}
     return part
+
+
+# The fields of a part that need more than a scrubbed string, each with its scrubber.
+_PART_FIELDS: Final[
+    tuple[tuple[str, Callable[[Mapping[str, Any], Run], Mapping[str, Any]]], ...]
+] = (
+    ("image_url", _scrub_image_url),
+    ("file", _scrub_file),
+    ("toolResult", _scrub_tool_result),
+    ("toolUse", _scrub_tool_use),
+)
 
 
 def _scrub_block(block: Any, run: Run) -> Any:
@@ -165,7 +171,6 @@ def scrub_value(value: Any, run: Run) -> Any:
     return value
 
 
-_FIELDS: Final = ("content", "tool_calls", "extra", "metadata")
 _AS_STORED: Final = frozenset({"content", "tool_calls"})
 
 
@@ -174,20 +179,21 @@ def scrub_message(message: ChatMessage, run: Run) -> ChatMessage:
     ``message`` itself when nothing changed, else a copy (same ``id``, ``created_at``,
     ``present``)."""
     scrub = run.payload if message.role == "tool" else run.text
-    content, calls, extra, metadata = old = (
-        message.content,
-        message.tool_calls,
-        message.extra,
-        message.metadata,
-    )
-    new = (
-        _scrub_content(content, scrub, run) if content else content,
-        _scrub_tool_calls(calls, run) if calls else calls,
-        _scrub_extra(extra, run) if extra else extra,
-        _scrub_metadata(metadata, run) if metadata else metadata,
-    )
-    changes = {field: n for field, n, o in zip(_FIELDS, new, old, strict=True) if n is not o}
+    changes: dict[str, Any] = {}
+    if content := message.content:
+        _note(changes, "content", content, _scrub_content(content, scrub, run))
+    if calls := message.tool_calls:
+        _note(changes, "tool_calls", calls, _scrub_tool_calls(calls, run))
+    if extra := message.extra:
+        _note(changes, "extra", extra, _scrub_extra(extra, run))
+    if metadata := message.metadata:
+        _note(changes, "metadata", metadata, _scrub_metadata(metadata, run))
     return _with_changes(message, changes) if changes else message
+
+
+def _note(changes: dict[str, Any], field: str, old: object, new: object) -> None:
+    if new is not old:
+        changes[field] = new
 
 
 def _scrub_content(

@@ -183,6 +183,8 @@ def _by_tokens(
             begin, end = m.span(group)
         else:
             assert number is not None
+            if entity is None and len(number) < 7:
+                continue  # most numbers: nothing can replace them (checked before the call)
             replacement = _new_number(number, entity, scrub_integer, scrub_keyed)
             if replacement is None:
                 continue

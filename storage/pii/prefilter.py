@@ -161,14 +161,6 @@ def possible(view: TextView) -> int:
 def _by_shape(shape: bytes, digits: int) -> int:
     """What ``shape`` (of a text with ``digits`` digits) allows: BITS, and the _TEXT bits of
     what only the text's letters can tell."""
-    found = _by_symbols(shape)
-    if digits:
-        found |= _by_digits(shape, digits)
-    return found
-
-
-def _by_symbols(shape: bytes) -> int:
-    """What the shape's symbols allow, whatever its digits: e-mail, secrets, keys."""
     found = _EMAIL if b"@" in shape else 0
     if b"=" in shape and (b"?" in shape or b"&" in shape):
         found |= _PASSWORD | _API_KEY  # "?token=...", "&password=..." parameters
@@ -182,7 +174,9 @@ def _by_symbols(shape: bytes) -> int:
             found |= _JWT_TEXT  # eyJ....eyJ....
         if b"-----" in shape:
             found |= _PEM_TEXT
-    return found
+    if not digits:
+        return found
+    return found | _by_digits(shape, digits)
 
 
 def _by_digits(shape: bytes, digits: int) -> int:
@@ -197,12 +191,6 @@ def _by_digits(shape: bytes, digits: int) -> int:
         found |= _IP
     if digits < 2:
         return found
-    return found | _by_numbers(shape, digits, space_digit)
-
-
-def _by_numbers(shape: bytes, digits: int, space_digit: bool) -> int:
-    """What a shape with at least two digits allows (``space_digit``: it holds ``" 0"``)."""
-    found = 0
     size = len(shape)
     if size >= 15 and _IBAN_START.search(shape) is not None:
         found |= _IBAN

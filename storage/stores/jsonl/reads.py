@@ -201,13 +201,21 @@ def read_back(
     Raises:
         OSError: the file cannot be read.
     """
+    known = cache.lines(path) or {}
+    new: list[tuple[bytes, Entry]] = []
+    out: list[tuple[int, ChatMessage]] = []
+    skipped: list[int] = []
+    tail_start = -1  # offset just past the newest valid line
     pos = os.fstat(fd).st_size
     # Sized for ``limit`` lines; a tail after ``after`` (a cache catching up) is usually short.
     # Splitting the chunk into lines is most of a short read's cost, so it is sized for
     # ``limit`` lines (about 768 bytes each), doubling while more are needed.
     chunk = _FIRST_CHUNK if after or limit is None else min(max(_FIRST_CHUNK, limit * 768), 1 << 20)
-    walk = _BackWalk(cache.lines(path) or {}, limit, after)
     carry = b""
+    next_ok = False
+    next_seq = 0
+    next_to: int | None = None
+    newest = 0
     done = False
     while pos > 0 and not done:
         start = pos - chunk if pos > chunk else 0
@@ -217,61 +225,8 @@ def read_back(
         if carry:
             buf += carry
         parts = buf.split(b"\n")
-        # parts[0] may be cut by the chunk's start: it is read with the next chunk.
-        done = walk.lines(parts, start + len(buf), 1 if start > 0 else 0)
-        carry = parts[0] if start > 0 else b""
-        pos = start
-        chunk *= 2
-    if walk.new:
-        cache.add(path, walk.new)
-    if walk.skipped:
-        _report(path, lock_path, walk.skipped, max(walk.tail_start, 0))
-    return walk.out, walk.newest
-
-
-class _BackWalk:
-    """The state of one backward read (:func:`read_back`) across its chunks."""
-
-    __slots__ = (
-        "after",
-        "known",
-        "limit",
-        "new",
-        "newest",
-        "next_ok",
-        "next_seq",
-        "next_to",
-        "out",
-        "skipped",
-        "tail_start",
-    )
-
-    def __init__(self, known: dict[bytes, Entry], limit: int | None, after: int) -> None:
-        self.known, self.limit, self.after = known, limit, after
-        self.new: list[tuple[bytes, Entry]] = []  # decoded here, for the cache
-        self.out: list[tuple[int, ChatMessage]] = []
-        self.skipped: list[int] = []
-        self.tail_start = -1  # offset just past the newest valid line
-        self.newest = 0
-        # The line after the current one (read before it): whether it was valid, its seq, to.
-        self.next_ok = False
-        self.next_seq = 0
-        self.next_to: int | None = None
-
-    def lines(self, parts: list[bytes], end: int, first_kept: int) -> bool:
-        """Take ``parts[first_kept:]`` (the lines of a chunk ending at offset ``end``),
-        newest first; whether the read is done (``limit`` reached or ``seq <= after``)."""
-        # The per-line loop runs on locals: it is the hot path of ``fetch(limit)``.
-        known, out, skipped, limit, after = (
-            self.known,
-            self.out,
-            self.skipped,
-            self.limit,
-            self.after,
-        )
-        next_ok, next_seq, next_to = self.next_ok, self.next_seq, self.next_to
-        newest, tail_start = self.newest, self.tail_start
-        done = False
+        end = start + len(buf)
+        first_kept = 1 if start > 0 else 0
         for i in range(len(parts) - 1, first_kept - 1, -1):
             line = parts[i]
             offset = end - len(line)
@@ -279,8 +234,9 @@ class _BackWalk:
             if not line:
                 next_ok = False  # an empty line ends any batch (or is the final newline)
                 continue
-            entry = known.get(line) or self._decode(line, offset)
-            if entry is None:
+            # An entry is a non-empty tuple: a cached line never reaches the decoder.
+            entry = known.get(line) or _decode_new(line, offset, new, skipped)
+            if entry is None:  # the header (the last line read), or skipped
                 next_ok = False
                 continue
             seq, to, item = entry
@@ -291,8 +247,7 @@ class _BackWalk:
                 continue
             if type(item) is not ChatMessage:
                 continue  # a record: never a message
-            if not newest:
-                newest = seq
+            newest = newest or seq  # the first message read is the newest
             if seq <= after:
                 done = True
                 break
@@ -302,22 +257,41 @@ class _BackWalk:
             if len(out) == limit:
                 done = True
                 break
-        self.next_ok, self.next_seq, self.next_to = next_ok, next_seq, next_to
-        self.newest, self.tail_start = newest, tail_start
-        return done
+        carry = parts[0] if start > 0 else b""
+        pos = start
+        chunk *= 2
+    _remember(cache, path, lock_path, new, skipped, tail_start)
+    return out, newest
 
-    def _decode(self, line: bytes, offset: int) -> Entry | None:
-        """A line the cache does not hold, decoded (and kept for the cache); ``None`` for the
-        header (at offset 0: the last line read) and for a line that does not decode (skipped).
-        """
-        if not offset and parse_header(line) is not None:
-            return None
-        entry = decode_entry(line)
-        if entry is None:
-            self.skipped.append(offset)
-            return None
-        self.new.append((line, entry))
-        return entry
+
+def _decode_new(
+    line: bytes, offset: int, new: list[tuple[bytes, Entry]], skipped: list[int]
+) -> Entry | None:
+    """A line the cache does not hold, decoded (and added to ``new``, for the cache); ``None``
+    for the header and for a line that does not decode (added to ``skipped``)."""
+    if not offset and parse_header(line) is not None:
+        return None
+    entry = decode_entry(line)
+    if entry is None:
+        skipped.append(offset)
+        return None
+    new.append((line, entry))
+    return entry
+
+
+def _remember(
+    cache: LineCache,
+    path: str,
+    lock_path: str,
+    new: list[tuple[bytes, Entry]],
+    skipped: list[int],
+    tail_start: int,
+) -> None:
+    """After a read: cache the lines it decoded, report the lines it skipped."""
+    if new:
+        cache.add(path, new)
+    if skipped:
+        _report(path, lock_path, skipped, tail_start if tail_start >= 0 else 0)
 
 
 def tail_messages(path: str, lock_path: str, limit: int, cache: LineCache) -> list[ChatMessage]:
