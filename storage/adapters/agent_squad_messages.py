@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Final
@@ -163,25 +163,36 @@ def _wrap_meta(fields: dict[str, Any]) -> dict[str, Any] | None:
     return {META: fields} if fields else None
 
 
+def _split_blocks(
+    blocks: Sequence[Any], tool_payload: Callable[[Any], Mapping[str, Any] | None]
+) -> tuple[list[Mapping[str, Any]], list[Any], str]:
+    """The tool payloads of ``blocks`` (``tool_payload``: a block's, or ``None``), the other
+    blocks, and their order (``"t"`` a tool block, ``"c"`` another block)."""
+    tools: list[Mapping[str, Any]] = []
+    content: list[Any] = []
+    layout: list[str] = []
+    for block in blocks:
+        payload = tool_payload(block)
+        if payload is None:
+            content.append(block)
+            layout.append("c")
+        else:
+            tools.append(payload)
+            layout.append("t")
+    return tools, content, "".join(layout)
+
+
 def _assistant_message(
     blocks: Sequence[Any], created_at: datetime | None, first_meta: dict[str, Any]
 ) -> ChatMessage:
     """An assistant message: text blocks as content, tool-use blocks as tool calls."""
-    layout: list[str] = []
-    content: list[Any] = []
-    calls: list[ToolCall] = []
-    for block in blocks:
-        use = _tool_use(block)
-        if use is None:
-            content.append(block)
-            layout.append("c")
-        else:
-            arguments = json.dumps(use["input"], ensure_ascii=False)
-            calls.append(ToolCall(use["toolUseId"], use["name"], arguments))
-            layout.append("t")
-    layout_text = "".join(layout)
-    if layout_text != "c" * len(content) + "t" * len(calls):
-        first_meta["layout"] = layout_text
+    uses, content, layout = _split_blocks(blocks, _tool_use)
+    calls = [
+        ToolCall(use["toolUseId"], use["name"], json.dumps(use["input"], ensure_ascii=False))
+        for use in uses
+    ]
+    if layout != "c" * len(content) + "t" * len(calls):
+        first_meta["layout"] = layout
     value = None if calls and not content else _blocks_to_content(content)
     return ChatMessage(
         "assistant", value, calls, created_at=created_at, metadata=_wrap_meta(first_meta)
@@ -193,23 +204,12 @@ def _user_messages(
 ) -> list[ChatMessage]:
     """A user message; one holding tool results becomes a ``tool`` message per result, then a
     user message for its other blocks (if any), all naming one group."""
-    layout: list[str] = []
-    content: list[Any] = []
-    results: list[Mapping[str, Any]] = []
-    for block in blocks:
-        result = _tool_result(block)
-        if result is None:
-            content.append(block)
-            layout.append("c")
-        else:
-            results.append(result)
-            layout.append("t")
+    results, content, layout = _split_blocks(blocks, _tool_result)
     if not results:
         value = _blocks_to_content(content)
         return [ChatMessage("user", value, created_at=created_at, metadata=_wrap_meta(first_meta))]
-    layout_text = "".join(layout)
-    if layout_text != "t" * len(results) + "c" * len(content):
-        first_meta["layout"] = layout_text
+    if layout != "t" * len(results) + "c" * len(content):
+        first_meta["layout"] = layout
     count = len(results) + (1 if content else 0)
     ids = [new_message_id() for _ in range(count)]
     out = [
