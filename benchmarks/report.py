@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import sqlite3
@@ -15,15 +14,13 @@ from importlib import metadata
 from pathlib import Path
 
 from benchmarks import data
+from benchmarks.cells import case_names, case_sizes, fmt_ratio, fmt_us, ratio
 from benchmarks.subjects import (
     OurSQLite,
-    OurSQLiteCold,
-    OurSQLiteFull,
-    OurSummarizing,
     SQLiteFloor,
-    SQLiteFloorFull,
 )
 from benchmarks.suite import BATCH, CROWD_CHUNK, LIMIT, Results
+from benchmarks.targets import targets
 
 DISTRIBUTIONS = (
     "chatlayers",
@@ -112,12 +109,6 @@ def import_times(runs: int = 3) -> list[tuple[str, str, float | None, str]]:
     return out
 
 
-def _litellm_imported() -> bool:
-    code = "import sys, storage; print('litellm' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    return proc.stdout.strip() == "True"
-
-
 def machine() -> list[str]:
     cpu = platform.processor() or "?"
     try:
@@ -152,58 +143,13 @@ def versions() -> str:
     return ", ".join(parts)
 
 
-def _fmt_us(us: float | None) -> str:
-    if us is None or math.isnan(us):
-        return "–"
-    if us >= 100_000:
-        return f"{us / 1000:,.0f} ms"
-    if us >= 10_000:
-        return f"{us / 1000:.1f} ms"
-    if us >= 100:
-        return f"{us:,.0f} µs"
-    if us >= 10:
-        return f"{us:.1f} µs"
-    return f"{us:.2f} µs"
-
-
-def _fmt_ratio(r: float | None) -> str:
-    if r is None or math.isnan(r):
-        return ""
-    if r >= 100:
-        return f"{r:,.0f}×"
-    if r >= 10:
-        return f"{r:.0f}×"
-    return f"{r:.2f}×"
-
-
-def ratio(results: Results, case: str, size: int, name: str) -> float | None:
-    mine = results.median(case, size, name)
-    floor = results.median(case, size, results.floor_of.get((case, name), SQLiteFloor.name))
-    if mine is None or not floor:
-        return None
-    return mine / floor
-
-
-def _names(results: Results, case: str) -> list[str]:
-    seen: list[str] = []
-    for c, _, name in results.samples:
-        if c == case and name not in seen:
-            seen.append(name)
-    order = {s.name: i for i, s in enumerate(results.subjects)}
-    return sorted(seen, key=lambda n: order.get(n, 99))
-
-
-def _sizes(results: Results, case: str) -> list[int]:
-    return sorted({n for (c, n, _) in results.samples if c == case})
-
-
 def case_table(results: Results, case: str, *, p99: bool = False) -> list[str]:
-    sizes = _sizes(results, case)
+    sizes = case_sizes(results, case)
     if not sizes:
         return []
     head = "| store | " + " | ".join(f"n = {n:,}" for n in sizes) + " |"
     lines = [head, "|---|" + "---:|" * len(sizes)]
-    for name in _names(results, case):
+    for name in case_names(results, case):
         cells = []
         for n in sizes:
             s = results.samples.get((case, n, name))
@@ -211,156 +157,18 @@ def case_table(results: Results, case: str, *, p99: bool = False) -> list[str]:
                 cells.append("")
                 continue
             if p99:
-                cells.append(f"{_fmt_us(s.median_us)} / {_fmt_us(s.p99_us)}")
+                cells.append(f"{fmt_us(s.median_us)} / {fmt_us(s.p99_us)}")
                 continue
             r = ratio(results, case, n, name)
-            cell = _fmt_us(s.median_us)
+            cell = fmt_us(s.median_us)
             if r is not None:
-                cell += f" ({_fmt_ratio(r)})"
+                cell += f" ({fmt_ratio(r)})"
             if case == "append_batch":
                 cell += f", {BATCH / (s.median_us / 1e6):,.0f} msg/s"
             cells.append(cell)
         label = f"**{name}**" if name.startswith(("chatlayers", "scrub", "summarize")) else name
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
-
-
-def targets(results: Results, imports: list[tuple[str, str, float | None, str]]) -> list[str]:
-    """The issue's targets, each with the measured figure and a verdict."""
-    rows: list[tuple[str, str, bool | None]] = []
-    fetch_cases = ("fetch_all", "fetch_last", "crowded_all", "crowded_last")
-    server = ("chatlayers redis", "chatlayers postgres")
-    for label, group in (
-        (
-            "embedded",
-            [s.name for s in results.subjects if s.group == "ours" and s.name not in server],
-        ),
-        ("server", [s.name for s in results.subjects if s.name in server]),
-    ):
-        worst: list[str] = []
-        ok_all = True
-        for name in group:
-            found: list[tuple[float, str, int]] = []
-            for c in fetch_cases:
-                for n in _sizes(results, c):
-                    value = ratio(results, c, n, name)
-                    if value is not None:
-                        found.append((value, c, n))
-            if not found:
-                continue
-            r, c, n = max(found)
-            ok_all = ok_all and r <= 1.5
-            worst.append(f"{name}: worst {_fmt_ratio(r)} ({c}, n={n:,})")
-        if worst:
-            rows.append(
-                (
-                    f"every {label} store ≤ 1.5× the floor at every size (fetches)",
-                    "; ".join(worst),
-                    ok_all,
-                )
-            )
-
-    for name in (OurSQLite.name, OurSQLiteCold.name):
-        sizes = _sizes(results, "fetch_last")
-        a, b = (
-            results.median("fetch_last", 100, name),
-            results.median("fetch_last", max(sizes), name),
-        )
-        if a and b:
-            rows.append(
-                (
-                    f"`limit` reads flat from 100 to {max(sizes):,} ({name})",
-                    f"{_fmt_us(a)} → {_fmt_us(b)} ({b / a:.2f}×)",
-                    b / a <= 1.25,
-                )
-            )
-    meds = [
-        m
-        for c in ("fetch_all", "fetch_last")
-        for n in _sizes(results, c)
-        if (m := results.median(c, n, OurSummarizing.name)) is not None
-    ]
-    if meds:
-        rows.append(
-            (
-                "active summarizing buffer fetch < 10 µs at any raw length",
-                f"max median {_fmt_us(max(meds))}",
-                max(meds) < 10,
-            )
-        )
-    for ours_name, floor, label in (
-        (OurSQLiteFull.name, SQLiteFloorFull.name, "synchronous=full (fsync)"),
-        (OurSQLite.name, SQLiteFloor.name, "synchronous=normal (default)"),
-    ):
-        rs = [
-            (results.median("append_one", n, ours_name) or math.nan)
-            / (results.median("append_one", n, floor) or math.nan)
-            for n in _sizes(results, "append_one")
-        ]
-        rs = [x for x in rs if not math.isnan(x)]
-        if rs:
-            rows.append(
-                (
-                    f"single append ≤ 1.2× the WAL floor, {label}",
-                    f"worst {_fmt_ratio(max(rs))}",
-                    max(rs) <= 1.2,
-                )
-            )
-    rates = [
-        BATCH / (m / 1e6)
-        for n in _sizes(results, "append_batch")
-        if (m := results.median("append_batch", n, OurSQLite.name))
-    ]
-    if rates:
-        rows.append(
-            (
-                "batch append ≥ 50,000 msg/s (sqlite, default)",
-                f"slowest {min(rates):,.0f} msg/s",
-                min(rates) >= 50_000,
-            )
-        )
-    losses = []
-    for peer in (s for s in results.subjects if s.group == "peer"):
-        mine_name = peer.counterpart
-        for case in (
-            "fetch_all",
-            "fetch_last",
-            "append_one",
-            "append_batch",
-            "crowded_all",
-            "crowded_last",
-        ):
-            for n in _sizes(results, case):
-                mine = results.median(case, n, mine_name)
-                theirs = results.median(case, n, peer.name)
-                if mine is not None and theirs is not None and theirs < mine:
-                    losses.append(
-                        f"{peer.name} vs {mine_name}, {case} n={n:,}: "
-                        f"{_fmt_us(theirs)} vs {_fmt_us(mine)}"
-                    )
-    rows.append(
-        (
-            "faster than every peer, every case and size (each peer against the "
-            "chatlayers store of its kind: SQL → sqlite, file → jsonl, memory → memory, "
-            "summarizing → summarizing)",
-            "; ".join(losses) or "no peer faster anywhere",
-            not losses,
-        )
-    )
-    storage_ms = next((ms for label, _, ms, _ in imports if label == "chatlayers"), None)
-    if storage_ms is not None:
-        litellm = _litellm_imported()
-        rows.append(
-            (
-                "`import storage` < 150 ms, without litellm",
-                f"{storage_ms:.0f} ms, litellm imported: {litellm}",
-                storage_ms < 150 and not litellm,
-            )
-        )
-    out = ["| target | measured | met |", "|---|---|:---:|"]
-    for what, measured, ok in rows:
-        out.append(f"| {what} | {measured} | {'yes' if ok else 'NO' if ok is not None else '?'} |")
-    return out
 
 
 def markdown(
@@ -403,34 +211,7 @@ def markdown(
         *NOTES,
         "",
     ]
-    for case, title in CASE_TITLES.items():
-        table = case_table(results, case)
-        if not table:
-            continue
-        lines += [f"## {title}", ""]
-        if case.startswith("crowded"):
-            lines += [
-                f"The measured histories interleaved {CROWD_CHUNK} messages at a time with "
-                f"{cfg.crowd_rows:,} rows of {cfg.crowd_rows // 100} other sessions in one "
-                "database.",
-                "",
-            ]
-        lines += [*table, ""]
-    if results.concurrent:
-        lines += [
-            f"## {cfg.sessions} concurrent sessions fetching",
-            "",
-            f"{cfg.sessions} sessions of {cfg.session_size} messages; all fetches start at once "
-            "(async stores: one task each; sync ones: called one after another); latency = "
-            "finish − start of the batch.",
-            "",
-            "| store | p50 | p99 | all done |",
-            "|---|---:|---:|---:|",
-        ]
-        for name, v in results.concurrent.items():
-            p50, p99, wall = (_fmt_us(v[k]) for k in ("p50_us", "p99_us", "wall_us"))
-            lines.append(f"| {name} | {p50} | {p99} | {wall} |")
-        lines.append("")
+    lines += [*_case_sections(results), *_concurrent_section(results)]
     if breakdown:
         lines += [
             "## Per-message cost of the steps",
@@ -469,6 +250,47 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+def _case_sections(results: Results) -> list[str]:
+    """One section a case: its title, how the crowded database is made, the table."""
+    cfg = results.config
+    lines: list[str] = []
+    for case, title in CASE_TITLES.items():
+        table = case_table(results, case)
+        if not table:
+            continue
+        lines += [f"## {title}", ""]
+        if case.startswith("crowded"):
+            lines += [
+                f"The measured histories interleaved {CROWD_CHUNK} messages at a time with "
+                f"{cfg.crowd_rows:,} rows of {cfg.crowd_rows // 100} other sessions in one "
+                "database.",
+                "",
+            ]
+        lines += [*table, ""]
+    return lines
+
+
+def _concurrent_section(results: Results) -> list[str]:
+    cfg = results.config
+    if not results.concurrent:
+        return []
+    lines = [
+        f"## {cfg.sessions} concurrent sessions fetching",
+        "",
+        f"{cfg.sessions} sessions of {cfg.session_size} messages; all fetches start at once "
+        "(async stores: one task each; sync ones: called one after another); latency = "
+        "finish − start of the batch.",
+        "",
+        "| store | p50 | p99 | all done |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, v in results.concurrent.items():
+        p50, p99, wall = (fmt_us(v[k]) for k in ("p50_us", "p99_us", "wall_us"))
+        lines.append(f"| {name} | {p50} | {p99} | {wall} |")
+    lines.append("")
+    return lines
+
+
 def plot(results: Results, path: Path) -> None:
     import matplotlib
 
@@ -476,12 +298,14 @@ def plot(results: Results, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(15, 6.5), sharey=True)
-    names = _names(results, "fetch_all")
-    names += [n for n in _names(results, "fetch_last") if n not in names]
+    names = case_names(results, "fetch_all")
+    names += [n for n in case_names(results, "fetch_last") if n not in names]
     palette = [plt.get_cmap("tab20")(i) for i in range(20)]
     for ax, case in zip(axes, ("fetch_all", "fetch_last"), strict=True):
         for i, name in enumerate(names):
-            sizes = [n for n in _sizes(results, case) if results.median(case, n, name) is not None]
+            sizes = [
+                n for n in case_sizes(results, case) if results.median(case, n, name) is not None
+            ]
             ys = [results.median(case, n, name) for n in sizes]
             if not sizes:
                 continue

@@ -153,20 +153,7 @@ async def setup(
         if subject is None:
             continue
         t = time.perf_counter()
-        ok = True
-        if not cls.shares:
-            for n in _sizes_for(subject, config):
-                if "fetch_all" in subject.cases or "fetch_last" in subject.cases:
-                    ok = ok and await _load(subject, f"h{n}", history(n), results)
-            if not ({"fetch_all", "fetch_last"} & subject.cases):
-                for n in _sizes_for(subject, config, append=True):
-                    ok = ok and await _load(subject, f"h{n}", history(n), results)
-            if "concurrent" in subject.cases:
-                for i in range(config.sessions):
-                    ok = ok and await _load(
-                        subject, f"p{i}", history(config.session_size, i), results
-                    )
-        if not ok:
+        if not cls.shares and not await _load_histories(subject, config, results):
             await _close(subject)
             continue
         _log(f"loaded {cls.name} in {time.perf_counter() - t:.1f} s")
@@ -174,27 +161,48 @@ async def setup(
         by_class[cls] = subject
     crowded: list[Subject] = []
     for subject in main:
-        cls = type(subject)
-        if "crowded" not in subject.cases:
-            continue
-        if cls.shares:
-            owner = next((c for c in crowded if type(c) is cls.shares), None)
-            if owner is None:
-                continue
-            other = await _open(cls, owner.workdir, results, " (crowded)")
+        if "crowded" in subject.cases:
+            other = await _open_crowded(subject, crowded, config, workdir, results)
             if other is not None:
                 crowded.append(other)
-            continue
-        other = await _open(cls, workdir / (_slug(cls.name) + "_crowded"), results, " (crowded)")
-        if other is None:
-            continue
-        t = time.perf_counter()
-        if await _load_crowded(other, config, results):
-            crowded.append(other)
-            _log(f"loaded {cls.name} (crowded) in {time.perf_counter() - t:.1f} s")
-        else:
-            await _close(other)
     return main, crowded
+
+
+async def _load_histories(subject: Subject, config: Config, results: Results) -> bool:
+    """Load the histories ``subject``'s cases read; stops at the first that fails."""
+    ok = True
+    if "fetch_all" in subject.cases or "fetch_last" in subject.cases:
+        for n in _sizes_for(subject, config):
+            ok = ok and await _load(subject, f"h{n}", history(n), results)
+    else:
+        for n in _sizes_for(subject, config, append=True):
+            ok = ok and await _load(subject, f"h{n}", history(n), results)
+    if "concurrent" in subject.cases:
+        for i in range(config.sessions):
+            ok = ok and await _load(subject, f"p{i}", history(config.session_size, i), results)
+    return ok
+
+
+async def _open_crowded(
+    subject: Subject, crowded: list[Subject], config: Config, workdir: Path, results: Results
+) -> Subject | None:
+    """A second instance of ``subject``'s class over a crowded database (one that shares
+    another subject's data opens the crowded one of that subject); ``None`` when it fails."""
+    cls = type(subject)
+    if cls.shares:
+        owner = next((c for c in crowded if type(c) is cls.shares), None)
+        if owner is None:
+            return None
+        return await _open(cls, owner.workdir, results, " (crowded)")
+    other = await _open(cls, workdir / (_slug(cls.name) + "_crowded"), results, " (crowded)")
+    if other is None:
+        return None
+    t = time.perf_counter()
+    if not await _load_crowded(other, config, results):
+        await _close(other)
+        return None
+    _log(f"loaded {cls.name} (crowded) in {time.perf_counter() - t:.1f} s")
+    return other
 
 
 async def _load_crowded(subject: Subject, config: Config, results: Results) -> bool:

@@ -23,6 +23,23 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.traffic_shop import (
+    BRANDS,
+    CARRIERS,
+    CITIES,
+    FIRST,
+    LAST,
+    PRODUCTS,
+    REASONS,
+    STREETS,
+    TODAY,
+    Ids,
+    day,
+    describe,
+    money,
+    spoken,
+)
+
 __all__ = ["SYSTEM_PROMPT", "conversation", "conversations", "write_conversations"]
 
 SYSTEM_PROMPT: Final = """\
@@ -45,98 +62,26 @@ processing can be cancelled and is refunded in full.
 - Quote ids, amounts and dates exactly as the tools return them.
 """
 
-_FIRST: Final = ("Ava", "Noah", "Mia", "Liam", "Zoe", "Ethan", "Ivy", "Lucas", "Nora", "Omar")
-_LAST: Final = ("Patel", "Garcia", "Kim", "Okafor", "Novak", "Silva", "Chen", "Haddad", "Berg")
-_CITIES: Final = (
-    ("Denver", "CO", "80202"),
-    ("Austin", "TX", "73301"),
-    ("Portland", "OR", "97201"),
-    ("Madison", "WI", "53703"),
-    ("Boise", "ID", "83702"),
-    ("Raleigh", "NC", "27601"),
-)
-_STREETS: Final = ("Maple Ave", "Cedar St", "Lakeview Dr", "Hillcrest Rd", "Elm Ct", "Pine Way")
-_PRODUCTS: Final = (
-    ("Trail running shoes", 89.99, "shoes"),
-    ("Ultralight rain jacket", 149.0, "jacket"),
-    ("2-person backpacking tent", 239.5, "tent"),
-    ("Insulated water bottle 1 l", 24.95, "bottle"),
-    ("Merino wool socks (3 pairs)", 32.0, "socks"),
-    ("Down sleeping bag -7 C", 289.0, "sleeping bag"),
-    ("Headlamp 400 lumen", 39.99, "headlamp"),
-    ("Trekking poles, carbon", 119.0, "poles"),
-    ("Camp stove with igniter", 64.5, "stove"),
-    ("Daypack 28 l", 79.0, "daypack"),
-    ("Fleece pullover", 59.0, "fleece"),
-    ("Hiking boots, waterproof", 179.0, "boots"),
-)
-_CARRIERS: Final = ("UPS", "FedEx", "USPS")
-_BRANDS: Final = ("visa", "mastercard", "amex")
-_REASONS: Final = ("too small", "arrived damaged", "not as described", "changed my mind")
-_TODAY: Final = date(2024, 3, 20)
-
-
-class _Ids:
-    """Unique ids of every kind, drawn from one random source."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.used: set[str] = set()
-
-    def make(self, pattern: str) -> str:
-        # pattern: # a digit, @ a capital letter, anything else literal.
-        while True:
-            value = "".join(
-                str(self.rng.randrange(10))
-                if c == "#"
-                else chr(65 + self.rng.randrange(26))
-                if c == "@"
-                else c
-                for c in pattern
-            )
-            if value not in self.used:
-                self.used.add(value)
-                return value
-
-
-def _describe(product: str) -> str:
-    return (
-        f"{product}. Designed for multi-day trips in changing weather; recycled materials, "
-        "field-tested by our guides, 2-year warranty, free repairs in the first year."
-    )
-
-
-def _money(value: float) -> str:
-    return f"${value:,.2f}"
-
-
-def _day(value: date) -> str:
-    return value.isoformat()
-
-
-def _spoken(value: date) -> str:
-    return f"{value.strftime('%B')} {value.day}"
-
 
 class _Conversation:
     """Builds one conversation message by message."""
 
     def __init__(self, index: int, seed: int) -> None:
         self.rng = random.Random(seed * 100_003 + index)
-        self.ids = _Ids(self.rng)
+        self.ids = Ids(self.rng)
         self.index = index
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
         self.calls = 0
-        first, last = self.rng.choice(_FIRST), self.rng.choice(_LAST)
+        first, last = self.rng.choice(FIRST), self.rng.choice(LAST)
         self.name = f"{first} {last}"
         self.email = f"{first.lower()}.{last.lower()}{self.rng.randrange(10, 99)}@example.com"
         self.customer_id = self.ids.make("cus_######")
-        city, state, zip_code = self.rng.choice(_CITIES)
-        self.address = f"{self.rng.randrange(10, 999)} {self.rng.choice(_STREETS)}, {city}, {state}"
+        city, state, zip_code = self.rng.choice(CITIES)
+        self.address = f"{self.rng.randrange(10, 999)} {self.rng.choice(STREETS)}, {city}, {state}"
         self.zip = zip_code
         self.cards = [
             {"id": self.ids.make("pm_########"), "brand": brand, "last4": self.ids.make("####")}
-            for brand in self.rng.sample(_BRANDS, 2)
+            for brand in self.rng.sample(BRANDS, 2)
         ]
         self.orders = [self._order(i) for i in range(self.rng.randrange(6, 10))]
         self.done: list[str] = []  # what changed, for the recap
@@ -144,9 +89,9 @@ class _Conversation:
     # --- data --------------------------------------------------------------------------
 
     def _order(self, number: int) -> dict[str, Any]:
-        placed = _TODAY - timedelta(days=self.rng.randrange(3, 40))
+        placed = TODAY - timedelta(days=self.rng.randrange(3, 40))
         items: list[dict[str, Any]] = []
-        for name, price, _ in self.rng.sample(_PRODUCTS, self.rng.randrange(1, 4)):
+        for name, price, _ in self.rng.sample(PRODUCTS, self.rng.randrange(1, 4)):
             items.append(
                 {
                     "sku": self.ids.make("SKU-####"),
@@ -155,7 +100,7 @@ class _Conversation:
                     "price": price,
                     "color": self.rng.choice(("black", "forest green", "slate", "ochre")),
                     "size": self.rng.choice(("S", "M", "L", "XL", "one size")),
-                    "description": _describe(name),
+                    "description": describe(name),
                 }
             )
         subtotal = round(sum(i["price"] for i in items), 2)
@@ -164,7 +109,7 @@ class _Conversation:
         order: dict[str, Any] = {
             "order_id": self.ids.make("ORD-#####"),
             "customer_id": self.customer_id,
-            "placed_on": _day(placed),
+            "placed_on": day(placed),
             "status": status,
             "items": items,
             "shipping_cost": shipping,
@@ -174,19 +119,19 @@ class _Conversation:
         order["ship_to"] = {"name": self.name, "line1": self.address, "zip": self.zip}
         if status != "processing":
             days = self.rng.randrange(3, 8)
-            carrier = self.rng.choice(_CARRIERS)
+            carrier = self.rng.choice(CARRIERS)
             order["shipment"] = {
                 "carrier": carrier,
                 "tracking": self.ids.make("1Z@@@###########"),
-                "delivered_on" if status == "delivered" else "eta": _day(
+                "delivered_on" if status == "delivered" else "eta": day(
                     placed + timedelta(days=days)
                 ),
                 "events": [
                     {
-                        "at": f"{_day(placed + timedelta(days=d))}T{self.rng.randrange(6, 22):02d}:"
+                        "at": f"{day(placed + timedelta(days=d))}T{self.rng.randrange(6, 22):02d}:"
                         f"{self.rng.randrange(60):02d}:00",
                         "status": event,
-                        "location": f"{self.rng.choice(_CITIES)[0]} {carrier} facility",
+                        "location": f"{self.rng.choice(CITIES)[0]} {carrier} facility",
                     }
                     for d, event in enumerate(
                         ("label created", "picked up", "in transit", "out for delivery")[
@@ -258,11 +203,11 @@ class _Conversation:
             {k: o[k] for k in ("order_id", "placed_on", "status", "total")} for o in self.orders
         ]
         self.tool("list_orders", {"customer_id": self.customer_id}, {"orders": rows})
-        dates = ", ".join(_spoken(date.fromisoformat(o["placed_on"])) for o in self.orders)
+        dates = ", ".join(spoken(date.fromisoformat(o["placed_on"])) for o in self.orders)
         self.say(f"You have {len(self.orders)} recent orders, placed on {dates}.")
 
     def open_order(self, order: dict[str, Any]) -> None:
-        placed = _spoken(date.fromisoformat(order["placed_on"]))
+        placed = spoken(date.fromisoformat(order["placed_on"]))
         self.user(f"What's the status of the order from {placed}?")
         self.tool(
             "get_order", {"customer_id": self.customer_id, "order_id": order["order_id"]}, order
@@ -272,20 +217,20 @@ class _Conversation:
         if shipment is None:
             text = f"That order ({items}) is still processing; it has not shipped yet."
         else:
-            when = _spoken(date.fromisoformat(shipment.get("delivered_on") or shipment["eta"]))
+            when = spoken(date.fromisoformat(shipment.get("delivered_on") or shipment["eta"]))
             verb = "was delivered on" if "delivered_on" in shipment else "should arrive by"
             text = f"That order ({items}) shipped with {shipment['carrier']} and {verb} {when}."
         self.say(text)
 
     def start_return(self, order: dict[str, Any]) -> None:
         item = self.rng.choice(order["items"])
-        reason = self.rng.choice(_REASONS)
-        short = next(p[2] for p in _PRODUCTS if p[0] == item["name"])
-        placed = _spoken(date.fromisoformat(order["placed_on"]))
+        reason = self.rng.choice(REASONS)
+        short = next(p[2] for p in PRODUCTS if p[0] == item["name"])
+        placed = spoken(date.fromisoformat(order["placed_on"]))
         self.user(f"I'd like to return the {short} from the order of {placed}, it's {reason}.")
         self.say(
             f"I can start a return for {item['name']} ({item['sku']}) from {order['order_id']}; "
-            f"the refund would be {_money(item['price'])} to the original payment method. "
+            f"the refund would be {money(item['price'])} to the original payment method. "
             "Shall I go ahead?"
         )
         self.user("Yes, please.")
@@ -304,22 +249,22 @@ class _Conversation:
                 "sku": item["sku"],
                 "status": "label_created",
                 "refund_amount": item["price"],
-                "drop_off_by": _day(_TODAY + timedelta(days=14)),
+                "drop_off_by": day(TODAY + timedelta(days=14)),
                 "label_url": f"https://returns.example.com/{rma}.pdf",
             },
         )
         self.say(
             f"Done: return {rma} is open. Drop the parcel off by "
-            f"{_spoken(_TODAY + timedelta(days=14))}; you'll get {_money(item['price'])} back."
+            f"{spoken(TODAY + timedelta(days=14))}; you'll get {money(item['price'])} back."
         )
-        self.done.append(f"return {rma} for {item['sku']} ({_money(item['price'])})")
+        self.done.append(f"return {rma} for {item['sku']} ({money(item['price'])})")
 
     def refund(self, order: dict[str, Any]) -> None:
         card = self.cards[-1]
         amount = round(order["total"] * self.rng.choice((0.1, 0.2, 0.25)), 2)
-        placed = _spoken(date.fromisoformat(order["placed_on"]))
+        placed = spoken(date.fromisoformat(order["placed_on"]))
         self.user(
-            f"The order of {placed} arrived late. Could I get {_money(amount)} back as a "
+            f"The order of {placed} arrived late. Could I get {money(amount)} back as a "
             f"goodwill refund on my {card['brand']} card?"
         )
         refund_id = self.ids.make("re_@@@#####")
@@ -336,20 +281,20 @@ class _Conversation:
                 "status": "refunded",
                 "amount": amount,
                 "payment_id": card["id"],
-                "expected_on": _day(_TODAY + timedelta(days=5)),
+                "expected_on": day(TODAY + timedelta(days=5)),
             },
         )
         self.say(
-            f"Refund {refund_id} of {_money(amount)} to the {card['brand']} ending "
-            f"{card['last4']} is done; expect it by {_spoken(_TODAY + timedelta(days=5))}."
+            f"Refund {refund_id} of {money(amount)} to the {card['brand']} ending "
+            f"{card['last4']} is done; expect it by {spoken(TODAY + timedelta(days=5))}."
         )
-        self.done.append(f"refund {refund_id} ({_money(amount)})")
+        self.done.append(f"refund {refund_id} ({money(amount)})")
 
     def buy(self) -> dict[str, Any]:
-        short = self.rng.choice(_PRODUCTS)[2]
+        short = self.rng.choice(PRODUCTS)[2]
         self.user(f"I also need a new {short}. What do you have?")
         found: list[dict[str, Any]] = []
-        for product, price, _ in self.rng.sample(_PRODUCTS, 8):
+        for product, price, _ in self.rng.sample(PRODUCTS, 8):
             found.append(
                 {
                     "sku": self.ids.make("SKU-####"),
@@ -357,22 +302,22 @@ class _Conversation:
                     "price": price,
                     "stock": self.rng.randrange(0, 40),
                     "rating": round(self.rng.uniform(3.2, 4.9), 1),
-                    "description": _describe(product),
+                    "description": describe(product),
                     "colors": ["black", "slate", "ochre"][: self.rng.randrange(1, 4)],
                 }
             )
         self.tool("search_products", {"query": short}, {"results": found})
         pick = self.rng.choice([p for p in found if p["stock"]] or found)
-        options = "; ".join(f"{p['name']} ({p['sku']}) at {_money(p['price'])}" for p in found[:3])
+        options = "; ".join(f"{p['name']} ({p['sku']}) at {money(p['price'])}" for p in found[:3])
         self.say(
-            f"I found: {options}; and {pick['name']} ({pick['sku']}) at {_money(pick['price'])}."
+            f"I found: {options}; and {pick['name']} ({pick['sku']}) at {money(pick['price'])}."
         )
         card = self.cards[0]
         self.user(f"Let's order {pick['sku']}, paid with the card ending {card['last4']}.")
         order_id = self.ids.make("ORD-#####")
         shipping = 0.0 if pick["price"] >= 75 else 6.95
         total = round(pick["price"] + shipping, 2)
-        eta = _TODAY + timedelta(days=self.rng.randrange(3, 7))
+        eta = TODAY + timedelta(days=self.rng.randrange(3, 7))
         self.tool(
             "place_order",
             {
@@ -380,13 +325,13 @@ class _Conversation:
                 "items": [{"sku": pick["sku"], "qty": 1}],
                 "payment_id": card["id"],
             },
-            {"order_id": order_id, "status": "processing", "total": total, "eta": _day(eta)},
+            {"order_id": order_id, "status": "processing", "total": total, "eta": day(eta)},
         )
         self.say(
-            f"Your order {order_id} is placed: {_money(total)} charged to the card ending "
-            f"{card['last4']}, arriving around {_spoken(eta)}."
+            f"Your order {order_id} is placed: {money(total)} charged to the card ending "
+            f"{card['last4']}, arriving around {spoken(eta)}."
         )
-        self.done.append(f"new order {order_id} ({_money(total)})")
+        self.done.append(f"new order {order_id} ({money(total)})")
         order = {"order_id": order_id, "total": total, "status": "processing", "items": [pick]}
         self.orders.append(order)
         return order
@@ -400,26 +345,26 @@ class _Conversation:
             {"order_id": order["order_id"], "code": "SPRING15"},
             {"code": "SPRING15", "discount": discount, "new_total": new_total},
         )
-        self.say(f"Applied: {_money(discount)} off, the new total is {_money(new_total)}.")
+        self.say(f"Applied: {money(discount)} off, the new total is {money(new_total)}.")
         order["total"] = new_total
-        self.done.append(f"coupon SPRING15 on {order['order_id']} (now {_money(new_total)})")
+        self.done.append(f"coupon SPRING15 on {order['order_id']} (now {money(new_total)})")
 
     def cancel(self, order: dict[str, Any]) -> None:
         self.user(f"Actually, please cancel {order['order_id']}.")
-        self.say(f"To confirm: cancel {order['order_id']} and refund {_money(order['total'])}?")
+        self.say(f"To confirm: cancel {order['order_id']} and refund {money(order['total'])}?")
         self.user("Yes.")
         self.tool(
             "cancel_order",
             {"customer_id": self.customer_id, "order_id": order["order_id"]},
             {"order_id": order["order_id"], "status": "cancelled", "refund": order["total"]},
         )
-        self.say(f"{order['order_id']} is cancelled; {_money(order['total'])} will be refunded.")
+        self.say(f"{order['order_id']} is cancelled; {money(order['total'])} will be refunded.")
         order["status"] = "cancelled"
         self.done.append(f"cancelled {order['order_id']}")
 
     def move(self, order: dict[str, Any]) -> None:
         number = self.rng.randrange(100, 999)
-        street = self.rng.choice(_STREETS)
+        street = self.rng.choice(STREETS)
         self.user(f"Please ship {order['order_id']} to {number} {street} instead.")
         self.tool(
             "change_address",
@@ -438,7 +383,7 @@ class _Conversation:
             shipment = order["shipment"]
             self.say(
                 f"It's {shipment['tracking']} with {shipment['carrier']} "
-                f"(order placed {order['placed_on']}, {_money(order['total'])})."
+                f"(order placed {order['placed_on']}, {money(order['total'])})."
             )
         elif choice == 1:
             order = self.orders[0]
@@ -451,7 +396,7 @@ class _Conversation:
         else:
             order = self.rng.choice(self.orders)
             self.user(f"How much was {order['order_id']} in total?")
-            self.say(f"{order['order_id']} came to {_money(order['total'])}.")
+            self.say(f"{order['order_id']} came to {money(order['total'])}.")
 
     def recap(self) -> None:
         self.user("Can you sum up everything we did today?")

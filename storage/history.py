@@ -10,7 +10,7 @@ global id.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -83,42 +83,51 @@ def _check_json_like(value: Any, what: str, where: str) -> None:
     pop, push = stack.pop, stack.append
     while stack:
         node = pop()
-        item, depth = node[0], node[1]
+        item = node[0]
         if isinstance(item, str):
             if not item.isascii():
                 _check_text(item, _path(node, what), where)
         elif isinstance(item, Mapping):
-            if depth > MAX_DEPTH:
-                raise InvalidMessageError(
-                    f"{where}{_path(node, what)} nests deeper than {MAX_DEPTH} levels"
-                )
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    raise InvalidMessageError(
-                        f"{where}{_path(node, what)} has a non-string key {k!r}"
-                    )
-                if not k.isascii():
-                    _check_text(k, f"a key of {_path(node, what)}", where)
-                if v is None or v.__class__ in _SCALARS:
-                    if v.__class__ is str and not v.isascii():
-                        _check_text(v, _path((v, depth + 1, node, k), what), where)
-                    elif v.__class__ is float and not math.isfinite(v):
-                        _not_finite(v, _path((v, depth + 1, node, k), what), where)
-                    continue
-                push((v, depth + 1, node, k))
+            _check_depth(node, what, where)
+            _walk_mapping(item, node, what, where, push)
         elif isinstance(item, list | tuple):
-            if depth > MAX_DEPTH:
-                raise InvalidMessageError(
-                    f"{where}{_path(node, what)} nests deeper than {MAX_DEPTH} levels"
-                )
+            _check_depth(node, what, where)
+            depth = node[1] + 1
             for i, v in enumerate(item):
-                push((v, depth + 1, node, i))
+                push((v, depth, node, i))
         elif isinstance(item, float) and not math.isfinite(item):
             _not_finite(item, _path(node, what), where)
         elif not (item is None or isinstance(item, bool | int | float)):
             raise InvalidMessageError(
                 f"{where}{_path(node, what)} holds a {type(item).__name__}, which is not JSON data"
             )
+
+
+def _check_depth(node: _Node, what: str, where: str) -> None:
+    if node[1] > MAX_DEPTH:
+        raise InvalidMessageError(
+            f"{where}{_path(node, what)} nests deeper than {MAX_DEPTH} levels"
+        )
+
+
+def _walk_mapping(
+    item: Mapping[Any, Any], node: _Node, what: str, where: str, push: Callable[[_Node], None]
+) -> None:
+    """Check a mapping's keys and scalar values in place; push its containers for the walk."""
+    depth = node[1] + 1
+    for k, v in item.items():
+        if not isinstance(k, str):
+            raise InvalidMessageError(f"{where}{_path(node, what)} has a non-string key {k!r}")
+        if not k.isascii():
+            _check_text(k, f"a key of {_path(node, what)}", where)
+        if v is None or v.__class__ in _SCALARS:
+            # Scalars are checked here rather than pushed: most values are, and it is faster.
+            if v.__class__ is str and not v.isascii():
+                _check_text(v, _path((v, depth, node, k), what), where)
+            elif v.__class__ is float and not math.isfinite(v):
+                _not_finite(v, _path((v, depth, node, k), what), where)
+            continue
+        push((v, depth, node, k))
 
 
 def _not_finite(value: float, what: str, where: str) -> None:
@@ -156,7 +165,36 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
         raise InvalidMessageError(
             f"{where}unknown role {role!r} (expected one of: {', '.join(sorted(ROLES))})"
         )
+    # The checks of fields most messages leave empty are called only when there is something
+    # to check: this runs on every save.
     content = message.content
+    if content.__class__ is str:
+        _check_text(content, "content", where)
+    else:
+        _check_content(content, where)
+    calls = message.tool_calls
+    if calls or calls.__class__ is not tuple:
+        _check_tool_calls(calls, role, where)
+    if message.tool_call_id is not None or role == "tool":
+        _check_tool_call_id(message.tool_call_id, role, where)
+    if message.name is not None:
+        _check_name(message.name, where)
+    if not isinstance(message.id, str) or not message.id:
+        raise InvalidMessageError(f"{where}id must be a non-empty str")
+    _check_text(message.id, "id", where)
+    if not isinstance(message.metadata, Mapping):
+        raise InvalidMessageError(f"{where}metadata must be a mapping")
+    if message.metadata:
+        _check_json_like(message.metadata, "metadata", where)
+    if message.extra:
+        _check_json_like(message.extra, "extra", where)
+    created = message.created_at
+    if created is not None and _needs_utc(created, where):
+        message = attrs.evolve(message, created_at=created.astimezone(UTC))
+    return message
+
+
+def _check_content(content: object, where: str) -> None:
     if isinstance(content, str):
         _check_text(content, "content", where)
     elif isinstance(content, tuple):
@@ -170,7 +208,9 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
         raise InvalidMessageError(
             f"{where}content must be a str, None or a list of parts, got {type(content).__name__}"
         )
-    calls = message.tool_calls
+
+
+def _check_tool_calls(calls: object, role: str, where: str) -> None:
     if not isinstance(calls, tuple):
         raise InvalidMessageError(f"{where}tool_calls must be a sequence of ToolCall")
     if calls and role != "assistant":
@@ -189,7 +229,15 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
                     f"{where}tool_calls[{n}].{field} must be a str, got {type(value).__name__}"
                 )
             _check_text(value, f"tool_calls[{n}].{field}", where)
-    tool_call_id = message.tool_call_id
+
+
+def _check_name(name: object, where: str) -> None:
+    if not isinstance(name, str):
+        raise InvalidMessageError(f"{where}name must be a str or None, got {type(name).__name__}")
+    _check_text(name, "name", where)
+
+
+def _check_tool_call_id(tool_call_id: object, role: str, where: str) -> None:
     if role == "tool":
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise InvalidMessageError(f"{where}a tool message needs a tool_call_id string")
@@ -197,36 +245,23 @@ def validate_message(message: object, index: int | None = None) -> ChatMessage:
         raise InvalidMessageError(f"{where}tool_call_id must be a str or None")
     if tool_call_id is not None:
         _check_text(tool_call_id, "tool_call_id", where)
-    name = message.name
-    if name is not None:
-        if not isinstance(name, str):
-            raise InvalidMessageError(
-                f"{where}name must be a str or None, got {type(name).__name__}"
-            )
-        _check_text(name, "name", where)
-    if not isinstance(message.id, str) or not message.id:
-        raise InvalidMessageError(f"{where}id must be a non-empty str")
-    _check_text(message.id, "id", where)
-    if not isinstance(message.metadata, Mapping):
-        raise InvalidMessageError(f"{where}metadata must be a mapping")
-    if message.metadata:
-        _check_json_like(message.metadata, "metadata", where)
-    if message.extra:
-        _check_json_like(message.extra, "extra", where)
-    created = message.created_at
-    if created is not None:
-        if not isinstance(created, datetime):
-            raise InvalidMessageError(
-                f"{where}created_at must be a datetime, got {type(created).__name__}"
-            )
-        offset = created.utcoffset()
-        if offset is None:
-            raise InvalidMessageError(
-                f"{where}created_at must be timezone-aware (got naive {created.isoformat()})"
-            )
-        if created.tzinfo is not UTC:
-            message = attrs.evolve(message, created_at=created.astimezone(UTC))
-    return message
+
+
+def _needs_utc(created: object, where: str) -> bool:
+    """Whether an aware ``created_at`` must be converted to UTC.
+
+    Raises:
+        InvalidMessageError: not a datetime, or naive.
+    """
+    if not isinstance(created, datetime):
+        raise InvalidMessageError(
+            f"{where}created_at must be a datetime, got {type(created).__name__}"
+        )
+    if created.utcoffset() is None:
+        raise InvalidMessageError(
+            f"{where}created_at must be timezone-aware (got naive {created.isoformat()})"
+        )
+    return created.tzinfo is not UTC
 
 
 SystemPolicy = Literal["keep", "strip", "anywhere"]
@@ -308,6 +343,19 @@ def check_tool_pairs(messages: Sequence[ChatMessage]) -> None:
                 )
 
 
+def _all_or_none(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
+    """The window for ``limit`` None (all) or 0 (none).
+
+    Raises:
+        ValueError: ``limit`` is negative.
+    """
+    if limit is None:
+        return list(messages)
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    return []
+
+
 def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[ChatMessage]:
     """The newest ``limit`` messages (all when ``None``), never starting with an orphaned result.
 
@@ -317,12 +365,8 @@ def safe_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     Raises:
         ValueError: ``limit`` is negative.
     """
-    if limit is None:
-        return list(messages)
-    if limit <= 0:
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        return []
+    if limit is None or limit <= 0:
+        return _all_or_none(messages, limit)
     end = len(messages)
     start = max(end - limit, 0)
     while start < end and messages[start].role == "tool":
@@ -351,12 +395,8 @@ def turn_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     Raises:
         ValueError: ``limit`` is negative.
     """
-    if limit is None:
-        return list(messages)
-    if limit <= 0:
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        return []
+    if limit is None or limit <= 0:
+        return _all_or_none(messages, limit)
     lead = 1 if messages and messages[0].role in INSTRUCTION_ROLES else 0
     end = len(messages)
     if end - lead <= limit:

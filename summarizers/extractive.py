@@ -253,7 +253,6 @@ class ExtractiveSummarizer:
         sources: dict[str, str],
         previous: dict[str, Mapping[str, object]],
     ) -> None:
-        limit = self.sentence_chars
         pending: dict[str | None, list[ToolCall]] = {}
         for message in turn:
             text = content_text(message)
@@ -262,38 +261,56 @@ class ExtractiveSummarizer:
                 for call in message.tool_calls:
                     notes.touch(call.arguments, choose=True)
             if message.role == "user":
-                # "Yes, please." answers the question before it: the action it allowed is
-                # under Done.
-                if _GREETING.match(text.strip()) and not has_fact(text):
-                    continue
-                line = _user_line(text, limit) or "(no content)"
-                notes.add("requests", line)
-                _note_sources(line, message.id, sources)
+                self._user(message, text, notes, sources)
             elif message.role == "assistant":
                 for call in message.tool_calls:
                     pending.setdefault(call.id, []).append(call)
-                for line in _assistant_lines(text, limit, notes):
-                    notes.add("said", line)
-                    _note_sources(line, message.id, sources)
-                for call in message.tool_calls:
-                    thought = _thought(call, limit)
-                    if thought:
-                        notes.add("said", thought)
+                self._assistant(message, text, notes, sources)
             elif message.role == "tool":
                 calls = pending.get(message.tool_call_id)
                 found = calls.pop(0) if calls else None
-                cleared = _cleared(message)
-                if cleared is None:
-                    self._result(found, message, notes, sources, previous)
-                elif cleared == "summary" and found is not None and is_action(found.name):
-                    # What it returned is in the prior summary already; the action is news.
-                    args = _arguments(found, previous)
-                    notes.add("done", f"{found.name}({args}) -> (result as in the ledger)")
+                self._answer(found, message, notes, sources, previous)
         for calls in pending.values():  # calls whose result is not in the buffer
             for call in calls:
                 if is_action(call.name):
                     line = f"{call.name}({_arguments(call, previous)}) -> (no result)"
                     notes.add("done", line)
+
+    def _answer(
+        self,
+        call: ToolCall | None,
+        message: ChatMessage,
+        notes: Notes,
+        sources: dict[str, str],
+        previous: dict[str, Mapping[str, object]],
+    ) -> None:
+        cleared = _cleared(message)
+        if cleared is None:
+            self._result(call, message, notes, sources, previous)
+        elif cleared == "summary" and call is not None and is_action(call.name):
+            # What it returned is in the prior summary already; the action is news.
+            args = _arguments(call, previous)
+            notes.add("done", f"{call.name}({args}) -> (result as in the ledger)")
+
+    def _user(self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]) -> None:
+        # "Yes, please." answers the question before it: the action it allowed is under Done.
+        if _GREETING.match(text.strip()) and not has_fact(text):
+            return
+        line = _user_line(text, self.sentence_chars) or "(no content)"
+        notes.add("requests", line)
+        _note_sources(line, message.id, sources)
+
+    def _assistant(
+        self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]
+    ) -> None:
+        limit = self.sentence_chars
+        for line in _assistant_lines(text, limit, notes):
+            notes.add("said", line)
+            _note_sources(line, message.id, sources)
+        for call in message.tool_calls:
+            thought = _thought(call, limit)
+            if thought:
+                notes.add("said", thought)
 
     def _result(
         self,

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
     from storage.adapters.openai_agents import OpenAIAgentsSession
     from storage.adapters.pydantic_ai import PydanticAIHistory
+    from storage.protocol import ChatStorage
+    from storage.sync import SyncChatStorage
 
 __all__ = [
     "AgentSquadChatStorage",
@@ -78,6 +80,18 @@ def missing_extra(framework: str, extra: str, exc: ImportError) -> MissingExtraE
     )
     error.name = exc.name
     return error
+
+
+def split_stack(
+    stack: ChatStorage | SyncChatStorage,
+) -> tuple[ChatStorage, SyncChatStorage | None]:
+    """The async stack an adapter was given, and the sync facade it came in (``None`` when it
+    was given the async stack itself)."""
+    from storage.sync import SyncChatStorage
+
+    if isinstance(stack, SyncChatStorage):
+        return stack.stack, stack
+    return stack, None
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

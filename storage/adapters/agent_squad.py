@@ -5,7 +5,8 @@ Bedrock-style ``ConversationMessage(role, content=[blocks])`` histories: ``{"tex
 ``{"toolUse": {"toolUseId", "name", "input"}}`` in assistant messages and
 ``{"toolResult": {"toolUseId", "content": [blocks], "status"?}}`` in user messages.
 
-Mapping to ``ChatMessage`` (lossless, checked by the tests):
+Mapping to ``ChatMessage`` (lossless, checked by the tests; the converters are in
+:mod:`storage.adapters.agent_squad_messages`):
 
 - an assistant message becomes one assistant ``ChatMessage``: its ``toolUse`` blocks become
   ``tool_calls`` (``arguments`` = the ``input`` as JSON), the other blocks its content (one
@@ -28,16 +29,17 @@ message, as agent-squad's own summarizer makes it (its conversations only have `
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from enum import Enum
-from typing import Any, Final
+from collections.abc import Sequence
 
 from storage.adapters import missing_extra
-from storage.errors import InvalidMessageError
-from storage.message import ChatKey, ChatMessage, ToolCall, new_message_id, thaw
+from storage.adapters.agent_squad_messages import (
+    META,
+    from_chat_messages,
+    role_name,
+    to_chat_messages,
+    with_agent_prefix,
+)
+from storage.message import ChatKey
 from storage.protocol import ChatStorage
 
 try:
@@ -52,341 +54,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("agent-squad", "agent-squad", exc) from exc
 
 __all__ = [
+    "META",
     "AgentSquadChatStorage",
     "from_chat_messages",
     "to_chat_messages",
 ]
-
-META: Final = "agent_squad"
-_TOOL_USE_KEYS: Final = frozenset({"toolUseId", "name", "input"})
-_TOOL_RESULT_KEYS: Final = frozenset({"toolUseId", "content", "status"})
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _role(role: Any) -> str:
-    return role.value if isinstance(role, Enum) else role  # type: ignore[no-any-return]
-
-
-def _json_roundtrips(value: Any) -> bool:
-    try:
-        return bool(json.loads(json.dumps(value, ensure_ascii=False)) == value)
-    except (TypeError, ValueError):
-        return False
-
-
-def _tool_use(block: Any) -> Mapping[str, Any] | None:
-    """The ``toolUse`` payload when ``block`` has exactly the shape a ToolCall keeps."""
-    if not isinstance(block, Mapping) or len(block) != 1 or "toolUse" not in block:
-        return None
-    use = block["toolUse"]
-    if (
-        isinstance(use, Mapping)
-        and use.keys() == _TOOL_USE_KEYS
-        and isinstance(use["toolUseId"], str)
-        and isinstance(use["name"], str)
-        and _json_roundtrips(use["input"])
-    ):
-        return use
-    return None
-
-
-def _tool_result(block: Any) -> Mapping[str, Any] | None:
-    """The ``toolResult`` payload when ``block`` has exactly the shape a tool message keeps."""
-    if not isinstance(block, Mapping) or len(block) != 1 or "toolResult" not in block:
-        return None
-    result = block["toolResult"]
-    if (
-        isinstance(result, Mapping)
-        and _TOOL_RESULT_KEYS.issuperset(result)
-        and isinstance(result.get("toolUseId"), str)
-        and result["toolUseId"]
-        and isinstance(result.get("content"), list)
-        and all(isinstance(b, Mapping) for b in result["content"])
-        and isinstance(result.get("status", ""), str)
-    ):
-        return result
-    return None
-
-
-def _blocks_to_content(blocks: list[Any]) -> Any:
-    if len(blocks) == 1 and isinstance(blocks[0], Mapping) and blocks[0].keys() == {"text"}:
-        text = blocks[0]["text"]
-        if isinstance(text, str):
-            return text
-    return tuple(blocks)
-
-
-def _content_to_blocks(content: Any) -> list[Any]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}]
-    return thaw(content)  # type: ignore[no-any-return]
-
-
-def _created_at(message: Any) -> datetime | None:
-    """A ``TimestampedMessage``'s time (milliseconds since the epoch) as a UTC datetime."""
-    timestamp = getattr(message, "timestamp", None)
-    if isinstance(timestamp, int | float) and not isinstance(timestamp, bool) and timestamp:
-        return _EPOCH + timedelta(milliseconds=timestamp)
-    return None
-
-
-def _interleave(layout: Any, tools: list[Any], content: list[Any], tools_first: bool) -> list[Any]:
-    """Blocks in ``layout`` order (``"t"`` = next tool block, ``"c"`` = next content block)."""
-    if (
-        isinstance(layout, str)
-        and layout.count("t") == len(tools)
-        and layout.count("c") == len(content)
-        and len(layout) == len(tools) + len(content)
-    ):
-        t, c = iter(tools), iter(content)
-        return [next(t) if kind == "t" else next(c) for kind in layout]
-    return tools + content if tools_first else content + tools
-
-
-def to_chat_messages(message: Any) -> list[ChatMessage]:
-    """Convert one agent-squad ``ConversationMessage`` (or ``TimestampedMessage``).
-
-    Args:
-        message: the message; its ``role`` may be a string or a ``ParticipantRole``.
-
-    Returns:
-        One ``ChatMessage``, or for a user message holding tool results one ``tool`` message
-        per result followed by a user message for its other blocks (if any).
-
-    Raises:
-        InvalidMessageError: ``message`` has no ``role``/``content`` or its content is not a
-            list of blocks, a string or ``None``.
-    """
-    try:
-        role = _role(message.role)
-        blocks = message.content
-    except AttributeError as exc:
-        raise InvalidMessageError(
-            f"expected an agent-squad ConversationMessage, got {type(message).__name__}"
-        ) from exc
-    created_at = _created_at(message)
-    citations = getattr(message, "citations", None)
-    first_meta: dict[str, Any] = {}
-    if citations is not None:
-        first_meta["citations"] = citations
-    if blocks is None:
-        meta = {META: first_meta} if first_meta else None
-        return [ChatMessage(role, None, created_at=created_at, metadata=meta)]
-    if isinstance(blocks, str):
-        # agent-squad's own code and tests pass plain strings too: one text block, read back
-        # as the string it was.
-        first_meta["str"] = True
-        blocks = [{"text": blocks}]
-    if not isinstance(blocks, list | tuple):
-        raise InvalidMessageError(
-            f"ConversationMessage content must be a list of blocks, a string or None, "
-            f"got {type(blocks).__name__}"
-        )
-    layout: list[str] = []
-    content: list[Any] = []
-    if role == "assistant":
-        calls: list[ToolCall] = []
-        for block in blocks:
-            use = _tool_use(block)
-            if use is None:
-                content.append(block)
-                layout.append("c")
-            else:
-                arguments = json.dumps(use["input"], ensure_ascii=False)
-                calls.append(ToolCall(use["toolUseId"], use["name"], arguments))
-                layout.append("t")
-        layout_text = "".join(layout)
-        if layout_text != "c" * len(content) + "t" * len(calls):
-            first_meta["layout"] = layout_text
-        value = None if calls and not content else _blocks_to_content(content)
-        meta = {META: first_meta} if first_meta else None
-        return [ChatMessage(role, value, calls, created_at=created_at, metadata=meta)]
-    if role != "user":
-        meta = {META: first_meta} if first_meta else None
-        value = _blocks_to_content(list(blocks))
-        return [ChatMessage(role, value, created_at=created_at, metadata=meta)]
-    results: list[Mapping[str, Any]] = []
-    for block in blocks:
-        result = _tool_result(block)
-        if result is None:
-            content.append(block)
-            layout.append("c")
-        else:
-            results.append(result)
-            layout.append("t")
-    if not results:
-        meta = {META: first_meta} if first_meta else None
-        value = _blocks_to_content(content)
-        return [ChatMessage(role, value, created_at=created_at, metadata=meta)]
-    layout_text = "".join(layout)
-    if layout_text != "t" * len(results) + "c" * len(content):
-        first_meta["layout"] = layout_text
-    count = len(results) + (1 if content else 0)
-    ids = [new_message_id() for _ in range(count)]
-    out: list[ChatMessage] = []
-    for n, result in enumerate(results):
-        # Every piece names its group, so two user messages in a row never merge.
-        meta_n: dict[str, Any] = dict(first_meta) if n == 0 else {}
-        meta_n["group"] = ids[0]
-        if "status" in result:
-            meta_n["status"] = result["status"]
-        result_blocks, json_blocks = _json_as_text(list(result["content"]))
-        if json_blocks:
-            meta_n["json"] = json_blocks
-        out.append(
-            ChatMessage(
-                "tool",
-                _blocks_to_content(result_blocks),
-                tool_call_id=result["toolUseId"],
-                id=ids[n],
-                created_at=created_at,
-                metadata={META: meta_n} if meta_n else None,
-            )
-        )
-    if content:
-        out.append(
-            ChatMessage(
-                "user",
-                _blocks_to_content(content),
-                id=ids[-1],
-                created_at=created_at,
-                metadata={META: {"group": ids[0]}},
-            )
-        )
-    return out
-
-
-def _meta(message: ChatMessage) -> Mapping[str, Any]:
-    value = message.metadata.get(META)
-    return value if isinstance(value, Mapping) else {}
-
-
-def _json_as_text(blocks: list[Any]) -> tuple[list[Any], list[int]]:
-    """A tool result's ``{"json": value}`` blocks as ``{"text": "<the JSON>"}`` blocks, and
-    their positions: a tool message's text is what a scrubbing layer reads (as JSON, value
-    by value) and what chat APIs take as a tool's output."""
-    out: list[Any] = []
-    positions: list[int] = []
-    for n, block in enumerate(blocks):
-        if isinstance(block, Mapping) and block.keys() == {"json"} and _json_roundtrips(block):
-            out.append({"text": json.dumps(block["json"], ensure_ascii=False)})
-            positions.append(n)
-        else:
-            out.append(block)
-    return out, positions
-
-
-def _text_as_json(blocks: list[Any], positions: Any) -> list[Any]:
-    """The inverse of :func:`_json_as_text`."""
-    if not isinstance(positions, list | tuple):
-        return blocks
-    for n in positions:
-        if isinstance(n, int) and 0 <= n < len(blocks) and isinstance(blocks[n], Mapping):
-            # Text another writer made not JSON is kept as text.
-            with contextlib.suppress(TypeError, ValueError):
-                blocks[n] = {"json": json.loads(blocks[n].get("text"))}
-    return blocks
-
-
-def _tool_result_block(message: ChatMessage) -> dict[str, Any]:
-    blocks = _text_as_json(_content_to_blocks(message.content), _meta(message).get("json"))
-    result: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": blocks}
-    status = _meta(message).get("status")
-    if status is not None:
-        result["status"] = status
-    return {"toolResult": result}
-
-
-def _tool_use_block(call: ToolCall) -> dict[str, Any]:
-    try:
-        value: Any = json.loads(call.arguments)
-    except ValueError:
-        value = call.arguments  # arguments that are not JSON (saved by another writer)
-    return {"toolUse": {"toolUseId": call.id, "name": call.name, "input": value}}
-
-
-def _conversation_message(
-    role: str, blocks: list[Any] | str | None, first: Mapping[str, Any]
-) -> ConversationMessage:
-    citations = first.get("citations")
-    return ConversationMessage(role, blocks, thaw(citations) if citations is not None else None)
-
-
-def _from_group(group: list[ChatMessage]) -> ConversationMessage:
-    """One user message from its tool results and (optional) user-text message."""
-    first = _meta(group[0])
-    tools = [_tool_result_block(m) for m in group if m.role == "tool"]
-    content: list[Any] = []
-    for m in group:
-        if m.role != "tool":
-            content.extend(_content_to_blocks(m.content))
-    blocks = _interleave(first.get("layout"), tools, content, tools_first=True)
-    return _conversation_message("user", blocks, first)
-
-
-def _from_single(message: ChatMessage) -> ConversationMessage:
-    first = _meta(message)
-    role = message.role
-    if role == "system" and message.is_summary:
-        role = "user"
-    if role == "assistant" and message.tool_calls:
-        tools = [_tool_use_block(call) for call in message.tool_calls]
-        content = _content_to_blocks(message.content)
-        blocks = _interleave(first.get("layout"), tools, content, tools_first=False)
-        return _conversation_message(role, blocks, first)
-    if message.content is None:
-        return _conversation_message(role, None, first)
-    if first.get("str") and isinstance(message.content, str):
-        return _conversation_message(role, message.content, first)
-    return _conversation_message(role, _content_to_blocks(message.content), first)
-
-
-def from_chat_messages(messages: Sequence[ChatMessage]) -> list[ConversationMessage]:
-    """Convert a history back to agent-squad messages, re-forming split user messages.
-
-    Messages of one group (``metadata["agent_squad"]["group"]``) become one user message;
-    consecutive ``tool`` messages without a group (written by another adapter) become one
-    user message of ``toolResult`` blocks, as Bedrock expects.
-    """
-    out: list[ConversationMessage] = []
-    index = 0
-    count = len(messages)
-    while index < count:
-        message = messages[index]
-        group = _meta(message).get("group")
-        if group is not None:
-            end = index + 1
-            while end < count and _meta(messages[end]).get("group") == group:
-                end += 1
-            out.append(_from_group(list(messages[index:end])))
-            index = end
-        elif message.role == "tool":
-            end = index + 1
-            while (
-                end < count
-                and messages[end].role == "tool"
-                and _meta(messages[end]).get("group") is None
-            ):
-                end += 1
-            out.append(_from_group(list(messages[index:end])))
-            index = end
-        else:
-            out.append(_from_single(message))
-            index += 1
-    return out
-
-
-def _with_agent_prefix(message: ConversationMessage, agent_id: str) -> ConversationMessage:
-    """agent-squad's merged view: ``[agent_id] text`` as the assistant message's one block."""
-    content = message.content
-    if message.role != "assistant" or not content:
-        return message
-    for block in content:
-        if isinstance(block, Mapping) and isinstance(block.get("text"), str):
-            return ConversationMessage("assistant", [{"text": f"[{agent_id}] {block['text']}"}])
-    return message
 
 
 class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
@@ -445,7 +117,7 @@ class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
         key = ChatKey(user_id, session_id, agent_id)
         messages = to_chat_messages(new_message)
         conversation = await self._read(key, max_history_size)
-        if conversation and _role(conversation[-1].role) == _role(new_message.role):
+        if conversation and role_name(conversation[-1].role) == role_name(new_message.role):
             return conversation  # agent-squad drops a consecutive same-role message
         await self.stack.save_messages(key, messages)
         return await self._read(key, max_history_size)
@@ -492,6 +164,6 @@ class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
             while end < len(entries) and entries[end].agent_id == agent_id:
                 end += 1
             run = from_chat_messages([e.message for e in entries[start:end]])
-            out.extend(_with_agent_prefix(m, agent_id) for m in run)
+            out.extend(with_agent_prefix(m, agent_id) for m in run)
             start = end
         return out

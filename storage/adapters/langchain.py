@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import NO_CALL_ID, missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra, split_stack
 from storage.errors import InvalidMessageError
 from storage.message import ROLES, ChatKey, ChatMessage, ToolCall, thaw
 from storage.protocol import ChatStorage
@@ -100,40 +100,8 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
     meta: dict[str, Any] = {}
     if lc_type != _TYPE_OF_ROLE[role]:
         meta["type"] = lc_type
-    content = data["content"]
-    if isinstance(content, list):
-        parts: list[Any] = []
-        strings: list[int] = []
-        for n, part in enumerate(content):
-            if isinstance(part, str):
-                strings.append(n)
-                parts.append({"type": "text", "text": part})
-            else:
-                parts.append(part)
-        if strings:
-            meta["str_parts"] = strings
-        content = parts
-    calls: list[ToolCall] = []
-    null_ids: list[int] = []
-    empty_ids: list[int] = []
-    for n, call in enumerate(data.get("tool_calls") or ()):
-        try:
-            arguments = json.dumps(call["args"], ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessageError(
-                f"tool call {n} ({call.get('name')!r}): args are not JSON data: {exc}"
-            ) from exc
-        call_id = call.get("id")
-        if call_id is None:
-            null_ids.append(n)
-        elif call_id == "":
-            empty_ids.append(n)
-        stored_id = "" if call_id is None else call_id or NO_CALL_ID
-        calls.append(ToolCall(stored_id, call["name"], arguments))
-    if null_ids:
-        meta["null_call_ids"] = null_ids
-    if empty_ids:
-        meta["empty_call_ids"] = empty_ids
+    content = _content(data["content"], meta)
+    calls = _tool_calls(data.get("tool_calls") or (), meta)
     tool_call_id = data.get("tool_call_id")
     if role == "tool" and tool_call_id == "":
         # LangChain answers a call without an id with tool_call_id="" (a chat message needs
@@ -157,6 +125,53 @@ def to_chat_message(message: BaseMessage) -> ChatMessage:
         metadata={META: meta} if meta else None,
         **kwargs,
     )
+
+
+def _content(content: Any, meta: dict[str, Any]) -> Any:
+    """The content; bare strings in a list become text parts, their positions noted in ``meta``."""
+    if not isinstance(content, list):
+        return content
+    parts: list[Any] = []
+    strings: list[int] = []
+    for n, part in enumerate(content):
+        if isinstance(part, str):
+            strings.append(n)
+            parts.append({"type": "text", "text": part})
+        else:
+            parts.append(part)
+    if strings:
+        meta["str_parts"] = strings
+    return parts
+
+
+def _tool_calls(entries: Sequence[Mapping[str, Any]], meta: dict[str, Any]) -> list[ToolCall]:
+    """LangChain tool calls as ``ToolCall``; ``None`` and empty ids are noted in ``meta``.
+
+    Raises:
+        InvalidMessageError: a call's ``args`` are not JSON data.
+    """
+    calls: list[ToolCall] = []
+    null_ids: list[int] = []
+    empty_ids: list[int] = []
+    for n, call in enumerate(entries):
+        try:
+            arguments = json.dumps(call["args"], ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessageError(
+                f"tool call {n} ({call.get('name')!r}): args are not JSON data: {exc}"
+            ) from exc
+        call_id = call.get("id")
+        if call_id is None:
+            null_ids.append(n)
+        elif call_id == "":
+            empty_ids.append(n)
+        stored_id = "" if call_id is None else call_id or NO_CALL_ID
+        calls.append(ToolCall(stored_id, call["name"], arguments))
+    if null_ids:
+        meta["null_call_ids"] = null_ids
+    if empty_ids:
+        meta["empty_call_ids"] = empty_ids
+    return calls
 
 
 def from_chat_message(message: ChatMessage) -> BaseMessage:
@@ -240,12 +255,7 @@ class LangChainChatMessageHistory(BaseChatMessageHistory):
         limit: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(stack, SyncChatStorage):
-            self._sync: SyncChatStorage | None = stack
-            self.stack: ChatStorage = stack.stack
-        else:
-            self._sync = None
-            self.stack = stack
+        self.stack, self._sync = split_stack(stack)
         self.key = key
         self.limit = limit
 

@@ -32,10 +32,10 @@ delete removes the message it first found at that position.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from storage.adapters import NO_CALL_ID, missing_extra
+from storage.adapters import NO_CALL_ID, missing_extra, split_stack
 from storage.adapters.rewrite import edit, insert, raw_history
 from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall, thaw
@@ -95,34 +95,13 @@ def to_chat_message(message: LlamaMessage) -> ChatMessage:
     role = _ROLE.get(llama_role)
     if role is None:
         raise InvalidMessageError(f"LlamaIndex role {llama_role!r} has no chat role")
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    skeleton_blocks: list[Any] = []
-    for block in data.get("blocks") or ():
-        kind = block.get("block_type")
-        if kind == "text" and isinstance(block.get("text"), str) and len(block) == 2:
-            texts.append(block["text"])
-            skeleton_blocks.append("t")
-        elif kind == "tool_call" and isinstance(block.get("tool_call_id"), str):
-            kwargs = block.get("tool_kwargs")
-            arguments = kwargs if isinstance(kwargs, str) else json.dumps(kwargs)
-            calls.append(ToolCall(block["tool_call_id"], str(block.get("tool_name")), arguments))
-            skeleton_blocks.append({"c": {**block, "tool_kwargs": isinstance(kwargs, str)}})
-        else:
-            skeleton_blocks.append({"b": block})
+    texts, calls, skeleton_blocks = _read_blocks(data.get("blocks") or ())
     extra = dict(data.get("additional_kwargs") or {})
     tool_call_id: str | None = None
     if role == "tool" and isinstance(extra.get("tool_call_id"), str):
         tool_call_id = extra.pop("tool_call_id")
     block_calls = len(calls)
-    raw_calls = extra.get("tool_calls")
-    if isinstance(raw_calls, list):
-        converted = [_openai_call(c) for c in raw_calls]
-        if converted and all(c is not None for c in converted):
-            calls.extend(c for c in converted if c is not None)
-            extra["tool_calls"] = [
-                {k: v for k, v in c.items() if k != "function"} for c in raw_calls
-            ]
+    calls.extend(_kwarg_calls(extra))
     content: Any = texts[0] if len(texts) == 1 else [{"type": "text", "text": t} for t in texts]
     if not texts:
         content = None
@@ -146,6 +125,41 @@ def to_chat_message(message: LlamaMessage) -> ChatMessage:
         tool_call_id,
         metadata={META: meta} if meta else None,
     )
+
+
+def _read_blocks(blocks: Sequence[Any]) -> tuple[list[str], list[ToolCall], list[Any]]:
+    """The plain texts, the tool calls, and the skeleton that puts the blocks back together
+    (``"t"`` for a plain text block, ``{"c": ...}`` for a tool call, ``{"b": ...}`` for any
+    other block, kept whole)."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    skeleton: list[Any] = []
+    for block in blocks:
+        kind = block.get("block_type")
+        if kind == "text" and isinstance(block.get("text"), str) and len(block) == 2:
+            texts.append(block["text"])
+            skeleton.append("t")
+        elif kind == "tool_call" and isinstance(block.get("tool_call_id"), str):
+            kwargs = block.get("tool_kwargs")
+            arguments = kwargs if isinstance(kwargs, str) else json.dumps(kwargs)
+            calls.append(ToolCall(block["tool_call_id"], str(block.get("tool_name")), arguments))
+            skeleton.append({"c": {**block, "tool_kwargs": isinstance(kwargs, str)}})
+        else:
+            skeleton.append({"b": block})
+    return texts, calls, skeleton
+
+
+def _kwarg_calls(extra: dict[str, Any]) -> list[ToolCall]:
+    """The OpenAI-shaped ``tool_calls`` of ``additional_kwargs`` when every entry converts;
+    what remains of them (their other keys) stays in ``extra``."""
+    raw_calls = extra.get("tool_calls")
+    if not isinstance(raw_calls, list):
+        return []
+    converted = [_openai_call(c) for c in raw_calls]
+    if not converted or any(c is None for c in converted):
+        return []
+    extra["tool_calls"] = [{k: v for k, v in c.items() if k != "function"} for c in raw_calls]
+    return [c for c in converted if c is not None]
 
 
 def from_chat_message(message: ChatMessage) -> LlamaMessage:
@@ -221,11 +235,7 @@ class LlamaIndexChatStore(BaseChatStore):
         self, stack: ChatStorage | SyncChatStorage, *, user_id: str, agent_id: str = "assistant"
     ) -> None:
         super().__init__(user_id=user_id, agent_id=agent_id)  # type: ignore[call-arg]
-        if isinstance(stack, SyncChatStorage):
-            self._sync = stack
-            self._stack = stack.stack
-        else:
-            self._stack = stack
+        self._stack, self._sync = split_stack(stack)
 
     @classmethod
     def class_name(cls) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Final, TypeVar, TypeVarTuple, cast
 import anyio
 import attrs
 
-from storage.adapters import missing_extra
+from storage.adapters import missing_extra, split_stack
 from storage.adapters.rewrite import edit
 from storage.errors import InvalidMessageError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage, ToolCall, new_message_id, thaw
@@ -315,12 +315,7 @@ class OpenAIAgentsSession:
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         close_stack: bool = False,
     ) -> None:
-        if isinstance(stack, SyncChatStorage):
-            self._sync: SyncChatStorage | None = stack
-            self.stack: ChatStorage = stack.stack
-        else:
-            self._sync = None
-            self.stack = stack
+        self.stack, self._sync = split_stack(stack)
         self.key = key
         self.session_id = key.session_id
         self.session_settings = (

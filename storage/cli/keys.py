@@ -14,12 +14,17 @@ online and resumable, after which the old master key can be removed from the var
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
 from storage.errors import ConfigError
+
+if TYPE_CHECKING:
+    from storage.layers.encrypting import EncryptingChatStorage
 
 __all__: list[str] = []
 
@@ -47,7 +52,7 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
         return 0
     from storage.config import open_storage
     from storage.config.loading import to_spec
-    from storage.layers.encrypting import EncryptingChatStorage, key_status, rotate_keys
+    from storage.layers.encrypting import EncryptingChatStorage
 
     url, config = getattr(args, "url", None), getattr(args, "config", None)
     if url and config:
@@ -59,92 +64,108 @@ async def _cmd_keys(args: argparse.Namespace, out: Output, stack: object) -> int
                 f"keys {args.action} needs a stack with the encrypt layer; this one is "
                 f"{' | '.join(opened.describe().splitlines())}"
             )
-        if args.action == "init":
-            made, state = await layer.init_keyring()
-            where = layer.keyring.location
-            if out.json_mode:
-                out.json({"keyring": where, "created": made, "generation": state.generation})
-            else:
-                out.text(
-                    f"created the keyring {where}"
-                    if made
-                    else f"the keyring {where} exists already (generation {state.generation})"
-                )
-            return 0
-        if args.action == "accept":
-            before, after = await layer.accept_keyring()
-            where = layer.keyring.location
-            if out.json_mode:
-                out.json(
-                    {"keyring": where, "before": before.generation, "generation": after.generation}
-                )
-            else:
-                out.text(
-                    f"the keyring {where} is now the data store's (generation "
-                    f"{before.generation} -> {after.generation}); data keys it lacks stay "
-                    "lost (their users' messages raise DataKeyMissingError: delete those "
-                    "users to let them start again); users erased after its backup are "
-                    "back in it: erase them again"
-                )
-            return 0
-        if args.action == "rotate":
-            await layer.keyring_state()  # not a missing, older or another keyring
-            result = await rotate_keys(layer.keyring, layer.masters)
-            newest = layer.masters.newest.fingerprint
-            if out.json_mode:
-                out.json(
-                    {
-                        "rewrapped": result.rewrapped,
-                        "already_current": result.current,
-                        "skipped": result.skipped,
-                        "newest": newest,
-                    }
-                )
-            else:
-                out.text(
-                    f"re-wrapped {plural(result.rewrapped, 'data key')} under master key "
-                    f"{newest}; {result.current} already were"
-                    + (
-                        f"; {result.skipped} changed meanwhile (run again)"
-                        if result.skipped
-                        else ""
-                    )
-                )
-            return 0
-        state = await layer.keyring_state()
-        status = await key_status(layer.keyring, layer.masters)
-        rows = [
-            (
-                fp,
-                count,
-                "not configured" if position is None else f"{position} of {layer.masters.source}",
-            )
-            for fp, count, position in status.by_master
-        ]
-        if out.json_mode:
-            out.json(
-                {
-                    "keyring": layer.keyring.location,
-                    "generation": state.generation,
-                    "data_keys": status.data_keys,
-                    "by_master": [
-                        {"fingerprint": fp, "data_keys": count, "position": position}
-                        for fp, count, position in status.by_master
-                    ],
-                }
-            )
-        else:
+        return await _ACTIONS[args.action](layer, out)
+
+
+async def _init(layer: EncryptingChatStorage, out: Output) -> int:
+    made, state = await layer.init_keyring()
+    where = layer.keyring.location
+    if out.json_mode:
+        out.json({"keyring": where, "created": made, "generation": state.generation})
+    else:
+        out.text(
+            f"created the keyring {where}"
+            if made
+            else f"the keyring {where} exists already (generation {state.generation})"
+        )
+    return 0
+
+
+async def _accept(layer: EncryptingChatStorage, out: Output) -> int:
+    before, after = await layer.accept_keyring()
+    where = layer.keyring.location
+    if out.json_mode:
+        out.json({"keyring": where, "before": before.generation, "generation": after.generation})
+    else:
+        out.text(
+            f"the keyring {where} is now the data store's (generation "
+            f"{before.generation} -> {after.generation}); data keys it lacks stay "
+            "lost (their users' messages raise DataKeyMissingError: delete those "
+            "users to let them start again); users erased after its backup are "
+            "back in it: erase them again"
+        )
+    return 0
+
+
+async def _rotate(layer: EncryptingChatStorage, out: Output) -> int:
+    from storage.layers.encrypting import rotate_keys
+
+    await layer.keyring_state()  # not a missing, older or another keyring
+    result = await rotate_keys(layer.keyring, layer.masters)
+    newest = layer.masters.newest.fingerprint
+    if out.json_mode:
+        out.json(
+            {
+                "rewrapped": result.rewrapped,
+                "already_current": result.current,
+                "skipped": result.skipped,
+                "newest": newest,
+            }
+        )
+    else:
+        out.text(
+            f"re-wrapped {plural(result.rewrapped, 'data key')} under master key "
+            f"{newest}; {result.current} already were"
+            + (f"; {result.skipped} changed meanwhile (run again)" if result.skipped else "")
+        )
+    return 0
+
+
+async def _status(layer: EncryptingChatStorage, out: Output) -> int:
+    from storage.layers.encrypting import key_status
+
+    state = await layer.keyring_state()
+    status = await key_status(layer.keyring, layer.masters)
+    rows = [
+        (
+            fp,
+            count,
+            "not configured" if position is None else f"{position} of {layer.masters.source}",
+        )
+        for fp, count, position in status.by_master
+    ]
+    if out.json_mode:
+        out.json(
+            {
+                "keyring": layer.keyring.location,
+                "generation": state.generation,
+                "data_keys": status.data_keys,
+                "by_master": [
+                    {"fingerprint": fp, "data_keys": count, "position": position}
+                    for fp, count, position in status.by_master
+                ],
+            }
+        )
+    else:
+        out.text(
+            f"{plural(status.data_keys, 'data key')} in {layer.keyring.location} "
+            f"(generation {state.generation})"
+        )
+        out.table(None, ("master key", "data keys", "configured"), rows)
+        if status.unreadable:
             out.text(
-                f"{plural(status.data_keys, 'data key')} in {layer.keyring.location} "
-                f"(generation {state.generation})"
+                f"{plural(status.unreadable, 'data key')} wrapped by a master key that is "
+                "not configured: their users' messages cannot be read"
             )
-            out.table(None, ("master key", "data keys", "configured"), rows)
-            if status.unreadable:
-                out.text(
-                    f"{plural(status.unreadable, 'data key')} wrapped by a master key that is "
-                    "not configured: their users' messages cannot be read"
-                )
-        return 0
+    return 0
+
+
+_ACTIONS: dict[str, Callable[[EncryptingChatStorage, Output], Awaitable[int]]] = {
+    "init": _init,
+    "accept": _accept,
+    "rotate": _rotate,
+    "status": _status,
+}
 
 
 command(

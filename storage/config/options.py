@@ -155,13 +155,7 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
         return value
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        converted = convert(value, annotation.__origin__, where)
-        for check in checks_of(annotation):
-            try:
-                check(converted)
-            except (ValueError, TypeError) as exc:  # InvalidArgumentError is a ValueError
-                raise ConfigError(f"{where}: {exc}") from exc
-        return converted
+        return _convert_annotated(value, annotation, where)
     args = typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
         return _convert_union(value, args, where)
@@ -171,9 +165,7 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
     if scalar is not None:
         return scalar(value, where)
     if annotation is Path or origin is os.PathLike or annotation is os.PathLike:
-        if isinstance(value, str | os.PathLike):
-            return Path(value) if annotation is Path else value
-        raise ConfigError(f"{where} must be a path string, got {type(value).__name__}")
+        return _convert_path(value, annotation, where)
     if origin in (list, tuple, set, frozenset) or _is_abc(
         origin, ("Sequence", "Iterable", "Collection", "Set", "MutableSequence")
     ):
@@ -181,19 +173,43 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
     if origin in (dict,) or _is_abc(origin, ("Mapping", "MutableMapping")):
         return _convert_mapping(value, args, where)
     if _is_abc(origin or annotation, ("Callable",)):
-        if callable(value):
-            return value
-        if isinstance(value, str) and ":" in value:
-            return import_target(value, what=where)
-        raise ConfigError(f"{where} must be a 'module:function' reference, got {value!r}")
+        return _convert_callable(value, where)
     if isinstance(annotation, type):
-        try:
-            if isinstance(value, annotation):
-                return value
-        except TypeError:  # a non-runtime Protocol
-            return value
-        raise ConfigError(f"{where} must be {annotation.__name__}, got {type(value).__name__}")
+        return _convert_instance(value, annotation, where)
     return value
+
+
+def _convert_annotated(value: Any, annotation: Any, where: str) -> Any:
+    converted = convert(value, annotation.__origin__, where)
+    for check in checks_of(annotation):
+        try:
+            check(converted)
+        except (ValueError, TypeError) as exc:  # InvalidArgumentError is a ValueError
+            raise ConfigError(f"{where}: {exc}") from exc
+    return converted
+
+
+def _convert_path(value: Any, annotation: Any, where: str) -> Any:
+    if isinstance(value, str | os.PathLike):
+        return Path(value) if annotation is Path else value
+    raise ConfigError(f"{where} must be a path string, got {type(value).__name__}")
+
+
+def _convert_callable(value: Any, where: str) -> Any:
+    if callable(value):
+        return value
+    if isinstance(value, str) and ":" in value:
+        return import_target(value, what=where)
+    raise ConfigError(f"{where} must be a 'module:function' reference, got {value!r}")
+
+
+def _convert_instance(value: Any, annotation: type, where: str) -> Any:
+    try:
+        if isinstance(value, annotation):
+            return value
+    except TypeError:  # a non-runtime Protocol
+        return value
+    raise ConfigError(f"{where} must be {annotation.__name__}, got {type(value).__name__}")
 
 
 def _convert_union(value: Any, args: tuple[Any, ...], where: str) -> Any:

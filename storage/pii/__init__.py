@@ -8,7 +8,8 @@ plus any values the application knows are PII, with keyed-hash placeholders befo
 reaches the inner store.
 
 Modules: ``scrubber`` (the transform), ``run`` (one batch's scrubbing), ``fields`` (which
-fields of a message carry text), ``detectors`` / ``phone`` / ``credentials`` /
+fields of a message carry text), ``entities`` (the built-in detectors by entity, custom
+detectors), ``secret`` (the HMAC secret), ``detectors`` / ``phone`` / ``credentials`` /
 ``freetext`` (the rules), ``prefilter`` (which rules can match a text, checked first),
 ``keyed`` (JSON key names), ``protected`` (what is never PII, and the per-text view),
 ``known_values``, ``placeholders``, ``payloads`` (JSON value by value), ``spans`` (overlap

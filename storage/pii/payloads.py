@@ -183,16 +183,11 @@ def _by_tokens(
             begin, end = m.span(group)
         else:
             assert number is not None
-            new_number = None
-            if entity is not None and scrub_keyed is not None and number.isdigit():
-                new_number = scrub_keyed(entity, number)
-            if new_number is None:
-                if len(number) < 7 or not number.isdigit():
-                    continue
-                new_number = scrub_integer(number)
-            if new_number is None:
+            if entity is None and len(number) < 7:
+                continue  # most numbers: nothing can replace them (checked before the call)
+            replacement = _new_number(number, entity, scrub_integer, scrub_keyed)
+            if replacement is None:
                 continue
-            replacement = json.dumps(new_number)
             begin, end = m.span(group)
         pieces.append(raw[last:begin])
         pieces.append(replacement)
@@ -201,3 +196,21 @@ def _by_tokens(
         return raw
     pieces.append(raw[last:])
     return "".join(pieces)
+
+
+def _new_number(
+    number: str,
+    entity: str | None,
+    scrub_integer: Callable[[str], str | None],
+    scrub_keyed: Callable[[str, str], str | None] | None,
+) -> str | None:
+    """The JSON text replacing a number token, or ``None`` to keep it: a keyed entity's
+    scrubber first, then (integers of 7 digits or more only) the integer scrubber."""
+    new_number = None
+    if entity is not None and scrub_keyed is not None and number.isdigit():
+        new_number = scrub_keyed(entity, number)
+    if new_number is None:
+        if len(number) < 7 or not number.isdigit():
+            return None
+        new_number = scrub_integer(number)
+    return None if new_number is None else json.dumps(new_number)

@@ -176,6 +176,12 @@ def _by_shape(shape: bytes, digits: int) -> int:
             found |= _PEM_TEXT
     if not digits:
         return found
+    return found | _by_digits(shape, digits)
+
+
+def _by_digits(shape: bytes, digits: int) -> int:
+    """What a shape with at least one digit allows."""
+    found = 0
     space_digit = b" 0" in shape
     if space_digit or b"0 " in shape or b"0a " in shape:
         found |= _STREET  # a word, a space, the number ("Suite 5"), or the number, a space
@@ -185,6 +191,7 @@ def _by_shape(shape: bytes, digits: int) -> int:
         found |= _IP
     if digits < 2:
         return found
+    size = len(shape)
     if size >= 15 and _IBAN_START.search(shape) is not None:
         found |= _IBAN
     if (

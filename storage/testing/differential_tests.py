@@ -5,6 +5,7 @@ sequence of mixed operations; every result must match."""
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,33 +105,51 @@ async def apply(stack: ChatStorage, op: Operation) -> Any:
         return await stack.delete(key)
     if op.kind == "delete_user":
         return await stack.delete_user(key.user_id)
+    return await _ABILITY_OPS.get(op.kind, _record)(stack, op)
+
+
+async def _replace(stack: ChatStorage, op: Operation) -> Any:
     rep = find_ability(stack, ReplaceableStorage)
-    if op.kind == "replace":
-        return None if rep is None else _shape(await rep.replace(key, op.messages[:2]))
-    if op.kind == "if":
-        seq = find_ability(stack, SequencedStorage)
-        if rep is None or seq is None:
-            return None
-        version = (await seq.head(key)).version
-        if op.more:
-            await stack.save_messages(key, op.more)
-        try:
-            return _shape(await rep.save_messages_if(key, op.messages, expected_version=version))
-        except ConflictError:
-            return "conflict"
-    if op.kind == "sessions":
-        lister = find_ability(stack, SessionListing)
-        if lister is None:
-            return None
-        page = await lister.list_sessions(key.user_id, limit=50)
-        return [
-            (s.session_id, s.agents, s.message_count, s.first_at, s.last_at) for s in page.sessions
-        ]
+    return None if rep is None else _shape(await rep.replace(op.key, op.messages[:2]))
+
+
+async def _save_if(stack: ChatStorage, op: Operation) -> Any:
+    rep = find_ability(stack, ReplaceableStorage)
+    seq = find_ability(stack, SequencedStorage)
+    if rep is None or seq is None:
+        return None
+    version = (await seq.head(op.key)).version
+    if op.more:
+        await stack.save_messages(op.key, op.more)
+    try:
+        return _shape(await rep.save_messages_if(op.key, op.messages, expected_version=version))
+    except ConflictError:
+        return "conflict"
+
+
+async def _sessions(stack: ChatStorage, op: Operation) -> Any:
+    lister = find_ability(stack, SessionListing)
+    if lister is None:
+        return None
+    page = await lister.list_sessions(op.key.user_id, limit=50)
+    return [(s.session_id, s.agents, s.message_count, s.first_at, s.last_at) for s in page.sessions]
+
+
+async def _record(stack: ChatStorage, op: Operation) -> Any:
     recs = find_ability(stack, RecordStorage)
     if recs is None or op.record is None:
         return None
-    await recs.save_record(key, op.record)
-    return [(r.id, r.kind, dict(r.data)) for r in await recs.fetch_records(key)]
+    await recs.save_record(op.key, op.record)
+    return [(r.id, r.kind, dict(r.data)) for r in await recs.fetch_records(op.key)]
+
+
+# The operations that need an optional ability, by kind (any other kind saves a record).
+_ABILITY_OPS: dict[str, Callable[[ChatStorage, Operation], Awaitable[Any]]] = {
+    "replace": _replace,
+    "if": _save_if,
+    "sessions": _sessions,
+    "record": _record,
+}
 
 
 class DifferentialTests:

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from storage.message import ChatKey
 from storage.pii import PIIScrubber, payloads, protected
+from storage.pii.entities import BUILTIN_FINDERS
 from storage.pii.keyed import KeyEntities, compile_json_keys
 from storage.pii.placeholders import normalize
 from storage.pii.prefilter import BITS, plain_word, possible
 from storage.pii.protected import NEVER_MATCH_RES, TextView, ascii_twin
-from storage.pii.scrubber import _BUILTIN
 
 KEY = ChatKey("user", "session", "agent")
 # One or more spellings that each built-in detector finds, and text that looks like them.
@@ -65,7 +65,7 @@ TEXTS = st.one_of(
 @example("room 12#123-45-6789")
 def test_the_prefilter_never_skips_a_detector_that_finds_something(text: str) -> None:
     mask = possible(TextView(text))
-    for name, finder in _BUILTIN.items():
+    for name, finder in BUILTIN_FINDERS.items():
         if list(finder(TextView(text))):
             assert mask & BITS[name], (name, text)
 
@@ -74,7 +74,7 @@ def test_the_prefilter_never_skips_a_detector_that_finds_something(text: str) ->
 @given(st.text(max_size=16) | st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,13}", fullmatch=True))
 def test_a_plain_word_holds_nothing_a_detector_finds(text: str) -> None:
     if plain_word(text):
-        assert not any(list(finder(TextView(text))) for finder in _BUILTIN.values())
+        assert not any(list(finder(TextView(text))) for finder in BUILTIN_FINDERS.values())
 
 
 def _whole_text_never_match(text: str, start: int, end: int) -> bool:

@@ -315,15 +315,12 @@ def scan(
     every other line cheaply but decodes a torn tail fully.
     """
     out = Scan()
-    pending: list[tuple[int, int, int | None, object, int]] = []
+    pending: list[_Pending] = []
     entries = out.entries
     for offset, line, terminated in lines:
         out.last_line_at = offset
-        if not offset and terminated and line.startswith(_ANY_HDR):
-            out.header = parse_header(line)  # a newer header raises
-            if out.header is not None:
-                out.last_valid_end = len(line) + 1
-                continue
+        if not offset and terminated and line.startswith(_ANY_HDR) and _take_header(out, line):
+            continue
         if out.first_seq is None and out.header is None:
             out.first_seq = first_seq(line)
         if terminated:
@@ -334,21 +331,11 @@ def scan(
         end = offset + len(line) + 1
         if parsed is not None:
             seq, to, payload = parsed
-            if seq > out.max_seq:
-                out.max_seq = seq
-            if to is not None and to > out.max_seq:
-                out.max_seq = to
-            if pending:
-                _, p_seq, p_to, _, _ = pending[-1]
-                if continues(p_seq, p_to, seq, to):  # type: ignore[arg-type]
-                    pending.append((offset, seq, to, payload, end))
-                    if to is None:
-                        entries.extend((o, s, p) for o, s, _, p, _ in pending)
-                        out.last_valid_end = end
-                        pending.clear()
-                    continue
-                out.skipped.extend(p[0] for p in pending)
-                pending.clear()
+            top = seq if to is None or to < seq else to
+            if top > out.max_seq:
+                out.max_seq = top
+            if pending and _continue_batch(out, pending, (offset, seq, to, payload, end)):
+                continue
             if to is None:
                 entries.append((offset, seq, payload))
                 out.last_valid_end = end
@@ -357,13 +344,48 @@ def scan(
             else:
                 out.skipped.append(offset)
         else:
-            if pending:
-                out.skipped.extend(p[0] for p in pending)
-                pending.clear()
+            _drop_batch(out, pending)
             if line:
                 out.skipped.append(offset)
-    out.skipped.extend(p[0] for p in pending)  # a batch cut short at the end of the file
+    _drop_batch(out, pending)  # a batch cut short at the end of the file
     return out
+
+
+# A line of a batch not yet complete: (offset, seq, to, payload, end offset).
+_Pending = tuple[int, int, int | None, object, int]
+
+
+def _take_header(out: Scan, line: bytes) -> bool:
+    """Read the header line at offset 0 into ``out``; whether it was one (a newer one raises)."""
+    out.header = parse_header(line)
+    if out.header is None:
+        return False
+    out.last_valid_end = len(line) + 1
+    return True
+
+
+def _continue_batch(out: Scan, pending: list[_Pending], line: _Pending) -> bool:
+    """Add ``line`` to the batch in progress when it continues it (the batch's entries go to
+    ``out`` once its last line is in); otherwise skip the unfinished batch. Whether ``line``
+    was taken."""
+    _, p_seq, p_to, _, _ = pending[-1]
+    _, seq, to, _, end = line
+    if continues(p_seq, p_to, seq, to):  # type: ignore[arg-type]
+        pending.append(line)
+        if to is None:
+            out.entries.extend((o, s, p) for o, s, _, p, _ in pending)
+            out.last_valid_end = end
+            pending.clear()
+        return True
+    _drop_batch(out, pending)
+    return False
+
+
+def _drop_batch(out: Scan, pending: list[_Pending]) -> None:
+    """Skip the lines of an unfinished batch."""
+    if pending:
+        out.skipped.extend(p[0] for p in pending)
+        pending.clear()
 
 
 _AT: Final = b'","at":"'

@@ -234,16 +234,11 @@ def read_back(
             if not line:
                 next_ok = False  # an empty line ends any batch (or is the final newline)
                 continue
-            entry = known.get(line)
-            if entry is None:
-                if not offset and parse_header(line) is not None:
-                    continue
-                entry = decode_entry(line)
-                if entry is None:
-                    skipped.append(offset)
-                    next_ok = False
-                    continue
-                new.append((line, entry))
+            # An entry is a non-empty tuple: a cached line never reaches the decoder.
+            entry = known.get(line) or _decode_new(line, offset, new, skipped)
+            if entry is None:  # the header (the last line read), or skipped
+                next_ok = False
+                continue
             seq, to, item = entry
             ok = to is None or (next_ok and to > seq and continues(seq, to, next_seq, next_to))
             next_ok, next_seq, next_to = ok, seq, to
@@ -252,8 +247,7 @@ def read_back(
                 continue
             if type(item) is not ChatMessage:
                 continue  # a record: never a message
-            if not newest:
-                newest = seq
+            newest = newest or seq  # the first message read is the newest
             if seq <= after:
                 done = True
                 break
@@ -266,11 +260,38 @@ def read_back(
         carry = parts[0] if start > 0 else b""
         pos = start
         chunk *= 2
+    _remember(cache, path, lock_path, new, skipped, tail_start)
+    return out, newest
+
+
+def _decode_new(
+    line: bytes, offset: int, new: list[tuple[bytes, Entry]], skipped: list[int]
+) -> Entry | None:
+    """A line the cache does not hold, decoded (and added to ``new``, for the cache); ``None``
+    for the header and for a line that does not decode (added to ``skipped``)."""
+    if not offset and parse_header(line) is not None:
+        return None
+    entry = decode_entry(line)
+    if entry is None:
+        skipped.append(offset)
+        return None
+    new.append((line, entry))
+    return entry
+
+
+def _remember(
+    cache: LineCache,
+    path: str,
+    lock_path: str,
+    new: list[tuple[bytes, Entry]],
+    skipped: list[int],
+    tail_start: int,
+) -> None:
+    """After a read: cache the lines it decoded, report the lines it skipped."""
     if new:
         cache.add(path, new)
     if skipped:
         _report(path, lock_path, skipped, tail_start if tail_start >= 0 else 0)
-    return out, newest
 
 
 def tail_messages(path: str, lock_path: str, limit: int, cache: LineCache) -> list[ChatMessage]:

@@ -1,4 +1,4 @@
-"""Raw stays raw (issue 12 item 8): whatever mix of saves, fetches, restarts, two instances,
+"""Raw stays raw: whatever mix of saves, fetches, restarts, two instances,
 compactions and failing summarizers, the raw record is exactly what was saved, the view ends
 with every message saved after the checkpoint, and the checkpoint covers only held messages."""
 
@@ -39,6 +39,105 @@ def is_suffix(part: list[ChatMessage], whole: list[ChatMessage]) -> bool:
     return not part or whole[-len(part) :] == part
 
 
+class Scenario:
+    """Two summarizing instances over one store, one fake summarizer, and what was saved."""
+
+    def __init__(self, trigger_at: int, keep_last: int, on_error: str, coherence: str) -> None:
+        self.trigger_at, self.keep_last = trigger_at, keep_last
+        self.on_error, self.coherence = on_error, coherence
+        self.store = InMemoryChatStorage()
+        self.fake = FakeSummarizer()
+        self.layers = [self.make(), self.make()]
+        self.saved: list[ChatMessage] = []
+        self.counter = 0
+
+    def make(self) -> SummarizingChatStorage:
+        return SummarizingChatStorage(
+            self.store,
+            self.fake,
+            trigger_at=self.trigger_at,
+            keep_last=self.keep_last,
+            on_error=self.on_error,  # type: ignore[arg-type]
+            coherence=self.coherence,  # type: ignore[arg-type]
+            retry_backoff=0.0,
+        )
+
+    def batch(self, kinds: list[str]) -> list[ChatMessage]:
+        batch: list[ChatMessage] = []
+        for kind in kinds:
+            self.counter += 1
+            if kind == "tool-turn":
+                cid = f"call{self.counter % 3}"
+                batch += [
+                    ChatMessage("assistant", None, (ToolCall(cid, "f", "{}"),)),
+                    ChatMessage("tool", f"r{self.counter}", tool_call_id=cid),
+                ]
+            else:
+                batch.append(ChatMessage(kind, f"m{self.counter}"))
+        return batch
+
+    async def apply(self, op: str, who: Any, arg: Any) -> list[ChatMessage] | None:
+        """Run one operation; the view when it was a fetch that succeeded."""
+        if op == "save":
+            batch = self.batch(arg)
+            try:
+                await self.layers[who].save_messages(KEY, batch)
+            except SummarizerError:
+                assert self.on_error == "raise"
+            self.saved += batch  # stored before the summarizer ran, whatever it did
+        elif op == "fetch":
+            try:
+                view: list[ChatMessage] = await self.layers[who].fetch(KEY, limit=arg)
+                return view
+            except SummarizerError:
+                assert self.on_error == "raise"
+        elif op == "restart":
+            self.layers[who] = self.make()
+        elif op == "fail":
+            self.fake.fail = RuntimeError("model down") if who else None
+        else:
+            with contextlib.suppress(SummarizerError, InvalidArgumentError):
+                await self.layers[who].compact(KEY)
+        return None
+
+    async def check_record(self) -> tuple[list[ChatMessage], Any, Any]:
+        """The raw record is exactly what was saved, and the checkpoint covers only held
+        messages; returns the record, its tail from seq 0 and the checkpoint."""
+        raw = await self.store.fetch(KEY)
+        assert [(m.id, m.role, m.content) for m in raw] == [
+            (m.id, m.role, m.content) for m in self.saved
+        ]
+        tail = await self.store.fetch_since(KEY, 0)
+        checkpoint = await self.store.load_checkpoint(KEY)
+        if checkpoint is not None:
+            assert checkpoint.covers_to in tail.seqs
+            assert all(m.is_summary for m in checkpoint.messages)
+        return raw, tail, checkpoint
+
+    def check_view(
+        self, view: list[ChatMessage], raw: list[ChatMessage], tail: Any, checkpoint: Any
+    ) -> None:
+        """A whole view (no limit) against the record."""
+        if self.coherence != "store":
+            # A pinned instance's view still ends with the messages saved after the
+            # checkpoint it started from, and never holds anything not in the record.
+            order = {m.id: n for n, m in enumerate(raw)}
+            body = [order[m.id] for m in view if not m.is_summary]  # KeyError: not raw
+            assert body == sorted(body)
+        elif checkpoint is not None:
+            after = [
+                m for m, s in zip(tail.messages, tail.seqs, strict=True) if s > checkpoint.covers_to
+            ]
+            # The view is the checkpoint (as the view shows it: no stored hold, verbatim
+            # copies unmarked) + every message saved after it.
+            assert view == [*view_form(checkpoint.messages), *after]
+        elif self.on_error == "raise":
+            assert view == raw
+        else:
+            assert is_suffix(view, raw)
+            assert len(view) >= min(len(raw), self.trigger_at * 2) - 1
+
+
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -53,88 +152,12 @@ def test_property_raw_stays_raw(
     ops: list[tuple[Any, ...]], trigger_at: int, keep_last: int, on_error: str, coherence: str
 ) -> None:
     async def run() -> None:
-        store = InMemoryChatStorage()
-        fake = FakeSummarizer()
-
-        def make() -> SummarizingChatStorage:
-            return SummarizingChatStorage(
-                store,
-                fake,
-                trigger_at=trigger_at,
-                keep_last=keep_last,
-                on_error=on_error,  # type: ignore[arg-type]
-                coherence=coherence,  # type: ignore[arg-type]
-                retry_backoff=0.0,
-            )
-
-        layers = [make(), make()]
-        saved: list[ChatMessage] = []
-        counter = 0
+        scenario = Scenario(trigger_at, keep_last, on_error, coherence)
         for op, who, arg in ops:
-            view: list[ChatMessage] | None = None
-            if op == "save":
-                batch: list[ChatMessage] = []
-                for kind in arg:
-                    counter += 1
-                    if kind == "tool-turn":
-                        cid = f"call{counter % 3}"
-                        batch += [
-                            ChatMessage("assistant", None, (ToolCall(cid, "f", "{}"),)),
-                            ChatMessage("tool", f"r{counter}", tool_call_id=cid),
-                        ]
-                    else:
-                        batch.append(ChatMessage(kind, f"m{counter}"))
-                try:
-                    await layers[who].save_messages(KEY, batch)
-                except SummarizerError:
-                    assert on_error == "raise"
-                saved += batch  # stored before the summarizer ran, whatever it did
-            elif op == "fetch":
-                try:
-                    view = await layers[who].fetch(KEY, limit=arg)
-                except SummarizerError:
-                    assert on_error == "raise"
-            elif op == "restart":
-                layers[who] = make()
-            elif op == "fail":
-                fake.fail = RuntimeError("model down") if who else None
-            else:
-                with contextlib.suppress(SummarizerError, InvalidArgumentError):
-                    await layers[who].compact(KEY)
-            # The raw record is exactly what was saved, in order.
-            raw = await store.fetch(KEY)
-            assert [(m.id, m.role, m.content) for m in raw] == [
-                (m.id, m.role, m.content) for m in saved
-            ]
-            tail = await store.fetch_since(KEY, 0)
-            checkpoint = await store.load_checkpoint(KEY)
-            if checkpoint is not None:
-                # The checkpoint covers only messages the raw record holds.
-                assert checkpoint.covers_to in tail.seqs
-                assert all(m.is_summary for m in checkpoint.messages)
-            if view is None or op != "fetch" or arg is not None:
-                continue
-            after = [
-                m
-                for m, s in zip(tail.messages, tail.seqs, strict=True)
-                if checkpoint is None or s > checkpoint.covers_to
-            ]
-            if coherence == "store":
-                if checkpoint is not None:
-                    # The view is the checkpoint (as the view shows it: no stored hold,
-                    # verbatim copies unmarked) + every message saved after it.
-                    assert view == [*view_form(checkpoint.messages), *after]
-                elif on_error == "raise":
-                    assert view == raw
-                else:
-                    assert is_suffix(view, raw)
-                    assert len(view) >= min(len(raw), trigger_at * 2) - 1
-            else:
-                # A pinned instance's view still ends with the messages saved after the
-                # checkpoint it started from, and never holds anything not in the record.
-                order = {m.id: n for n, m in enumerate(raw)}
-                body = [order[m.id] for m in view if not m.is_summary]  # KeyError: not raw
-                assert body == sorted(body)
+            view = await scenario.apply(op, who, arg)
+            raw, tail, checkpoint = await scenario.check_record()
+            if view is not None and op == "fetch" and arg is None:
+                scenario.check_view(view, raw, tail, checkpoint)
 
     anyio.run(run)
 

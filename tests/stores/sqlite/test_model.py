@@ -87,6 +87,108 @@ async def snapshot(store: Any) -> dict[str, Any]:
     return state
 
 
+class Mix:
+    """Runs each operation on both stores: one method an operation of :data:`OPS`, named as
+    it, returning what each store returned (to compare; ``[]``: nothing to compare)."""
+
+    def __init__(self, stores: tuple[Any, ...], clock: Clock) -> None:
+        self.stores, self.clock = stores, clock
+        self.saved: list[ChatMessage] = []
+        self.n = 0
+
+    def batch(self, count: int, age: int) -> list[ChatMessage]:
+        out: list[ChatMessage] = []
+        for _ in range(count):
+            self.n += 1
+            n = self.n
+            text = f"{WORDS[n % len(WORDS)]} number {n} {WORDS[(n * 3) % len(WORDS)]}"
+            out.append(ChatMessage("user", text, created_at=T0 - AGES[age]))
+        self.saved.extend(out)
+        return out
+
+    async def apply(self, step: int, op: str, k: int, a: int, b: int) -> list[Any]:
+        return await getattr(self, op)(step, KEYS[k], k, a, b)  # type: ignore[no-any-return]
+
+    async def save(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        messages = self.batch(a, b)
+        return [await s.save_messages(key, messages) for s in self.stores]
+
+    async def retry(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        again = self.saved[-3:]
+        return [await s.save_messages(key, again) for s in self.stores] if again else []
+
+    async def replace(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        messages = self.batch(a, b)
+        return [await s.replace(key, messages) for s in self.stores]
+
+    async def delete(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        for s in self.stores:
+            await s.delete(key)
+        return []
+
+    async def delete_user(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        for s in self.stores:
+            await s.delete_user(f"u{k}")
+        return []
+
+    async def record(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        record = ConversationRecord("kind", {"step": step, "k": [a]}, id=f"r{step}")
+        stored = [await s.save_record(key, record) for s in self.stores]
+        return [(r.kind, r.data, r.id, r.created_at) for r in stored]
+
+    async def lease(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        return [await s.acquire_lease(key, f"owner{a}", 60) for s in self.stores]
+
+    async def tick(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        self.clock.now += 40 * a
+        return []
+
+    async def purge(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        now = T0 + timedelta(days=a)
+        return [await s.purge(now=now) for s in self.stores]
+
+    async def save_if(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        messages = self.batch(1, 0)
+        results: list[Any] = []
+        for s in self.stores:
+            version = (await s.head(key)).version if a else "stale.0"
+            try:
+                results.append(await s.save_messages_if(key, messages, expected_version=version))
+            except ConflictError:
+                results.append("conflict")
+        return results
+
+    async def checkpoint(self, step: int, key: ChatKey, k: int, a: int, b: int) -> list[Any]:
+        return [await self._checkpoint(s, key, step, newest=bool(a)) for s in self.stores]
+
+    @staticmethod
+    async def _checkpoint(s: Any, key: ChatKey, step: int, *, newest: bool) -> Any:
+        tail = await s.fetch_since(key, 0)
+        if not tail.seqs:
+            return None
+        summary = ChatMessage(
+            "system",
+            f"summary {step}",
+            id=f"cp{step}",
+            created_at=T0,
+            metadata={"chatlayers": {"summary": True}},
+        )
+        covers = tail.seqs[-1] if newest else tail.seqs[0]
+        cp = SummaryCheckpoint((summary,), covers, tail.head.epoch, "m", T0)
+        won = await s.save_checkpoint(key, cp, expected_version=tail.head.checkpoint_version)
+        return None if won is None else won.version
+
+
+async def epoch_changes(stores: tuple[Any, ...], epochs: list[dict[ChatKey, str]]) -> list[Any]:
+    """The keys whose epoch changed since ``epochs`` (updated), per store."""
+    changed = []
+    for i, s in enumerate(stores):
+        current = {k: (await s.head(k)).epoch for k in KEYS}
+        changed.append({k for k in KEYS if current[k] != epochs[i][k]})
+        epochs[i] = current
+    return changed
+
+
 @settings(
     max_examples=35, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -101,91 +203,17 @@ async def test_sqlite_agrees_with_the_reference(
     model = InMemoryChatStorage(**options)
     store = SQLiteChatStorage(tmp_path_factory.mktemp("db") / "chats.db", **options)
     stores: tuple[Any, ...] = (model, store)
-    saved: list[ChatMessage] = []
+    mix = Mix(stores, clock)
     epochs: list[dict[ChatKey, str]] = [dict.fromkeys(KEYS, ""), dict.fromkeys(KEYS, "")]
-    n = 0
-
-    def batch(count: int, age: int) -> list[ChatMessage]:
-        nonlocal n
-        out = []
-        for _ in range(count):
-            n += 1
-            text = f"{WORDS[n % len(WORDS)]} number {n} {WORDS[(n * 3) % len(WORDS)]}"
-            out.append(ChatMessage("user", text, created_at=T0 - AGES[age]))
-        saved.extend(out)
-        return out
-
     try:
         for step, (op, k, a, b) in enumerate(ops):
-            key = KEYS[k]
-            results: list[Any] = []
-            if op == "save":
-                messages = batch(a, b)
-                results = [await s.save_messages(key, messages) for s in stores]
-            elif op == "retry" and saved:
-                again = saved[-3:]
-                results = [await s.save_messages(key, again) for s in stores]
-            elif op == "replace":
-                messages = batch(a, b)
-                results = [await s.replace(key, messages) for s in stores]
-            elif op == "save_if":
-                messages = batch(1, 0)
-                for s in stores:
-                    version = (await s.head(key)).version if a else "stale.0"
-                    try:
-                        results.append(
-                            await s.save_messages_if(key, messages, expected_version=version)
-                        )
-                    except ConflictError:
-                        results.append("conflict")
-            elif op == "delete":
-                for s in stores:
-                    await s.delete(key)
-            elif op == "delete_user":
-                for s in stores:
-                    await s.delete_user(f"u{k}")
-            elif op == "record":
-                record = ConversationRecord("kind", {"step": step, "k": [a]}, id=f"r{step}")
-                for s in stores:
-                    stored = await s.save_record(key, record)
-                    results.append((stored.kind, stored.data, stored.id, stored.created_at))
-            elif op == "checkpoint":
-                for s in stores:
-                    tail = await s.fetch_since(key, 0)
-                    if not tail.seqs:
-                        results.append(None)
-                        continue
-                    summary = ChatMessage(
-                        "system",
-                        f"summary {step}",
-                        id=f"cp{step}",
-                        created_at=T0,
-                        metadata={"chatlayers": {"summary": True}},
-                    )
-                    covers = tail.seqs[-1] if a else tail.seqs[0]
-                    summaries = (summary,)
-                    cp = SummaryCheckpoint(summaries, covers, tail.head.epoch, "m", T0)
-                    won = await s.save_checkpoint(
-                        key, cp, expected_version=tail.head.checkpoint_version
-                    )
-                    results.append(None if won is None else won.version)
-            elif op == "lease":
-                results = [await s.acquire_lease(key, f"owner{a}", 60) for s in stores]
-            elif op == "tick":
-                clock.now += 40 * a
-            elif op == "purge":
-                now = T0 + timedelta(days=a)
-                results = [await s.purge(now=now) for s in stores]
+            results = await mix.apply(step, op, k, a, b)
             if results:
                 assert results[0] == results[1], (step, op)
             states = [await snapshot(s) for s in stores]
             assert states[0] == states[1], (step, op)
             # An epoch changes exactly when the reference's does.
-            changed = []
-            for i, s in enumerate(stores):
-                current = {k: (await s.head(k)).epoch for k in KEYS}
-                changed.append({k for k in KEYS if current[k] != epochs[i][k]})
-                epochs[i] = current
+            changed = await epoch_changes(stores, epochs)
             assert changed[0] == changed[1], (step, op)
     finally:
         await store.aclose()
