@@ -385,8 +385,10 @@ def turn_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     even the newest turn fits, its opening user message and the newest tool-call groups
     (an assistant message and its results) that fit after it; with no user message, the
     newest groups that fit. A window never starts with a ``tool`` result, never splits a
-    call from its results, and after the leading message starts with a user message
-    whenever the view has one. Base stores keep :func:`safe_window`.
+    call from its results, always ends with the view's newest message, and after the leading
+    message starts with a user message whenever the view has one (so when the opening user
+    message and the newest group alone exceed ``limit``, the window is those). Base stores
+    keep :func:`safe_window`.
 
     Args:
         messages: the view, oldest first.
@@ -412,10 +414,14 @@ def turn_window(messages: Sequence[ChatMessage], limit: int | None) -> list[Chat
     if opener >= 0:  # the newest turn alone is longer than limit
         head.append(messages[opener])
         earliest += 1
-    for index in range(max(earliest, opener + 1, lead), end):
+    newest_group = -1
+    for index in range(max(opener + 1, lead), end):
         if messages[index].role == "assistant":
-            return [*head, *messages[index:]]
-    return head
+            if index >= earliest:
+                return [*head, *messages[index:]]
+            newest_group = index
+    # Not even the newest group fits: serve it anyway, never an older state than the record.
+    return [*head, *messages[newest_group:]] if newest_group >= 0 else head
 
 
 def drop_orphaned_results(window: list[ChatMessage]) -> list[ChatMessage]:
