@@ -2,5 +2,5 @@
 
 Run ``python -m benchmarks`` (``--quick`` for a one-minute smoke run). Results go to
 ``benchmarks/results/latest.md`` and ``benchmarks/results/fetch_latency.png``. Timing lives
-here only, never in pass/fail tests (DESIGN.md §10).
+here only, never in pass/fail tests.
 """

@@ -1,5 +1,5 @@
-"""What background summarizing saves the user's turn (issue 13.4), and the replay table of the
-shipped sets with a token budget (issue 13.7).
+"""What background summarizing saves the user's turn, and the replay table of the
+shipped sets with a token budget.
 
     python -m benchmarks.background [--quick] [--delay SECONDS]
 

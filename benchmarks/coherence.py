@@ -1,4 +1,4 @@
-"""What coherence costs, and what shared summaries save (issue 12).
+"""What coherence costs, and what shared summaries save.
 
     python -m benchmarks.coherence [--quick] [--start-servers]
 
@@ -21,7 +21,7 @@ Target: ``coherent`` within 1.5x of ``fetch(limit=1)``.
 Part 2, over SQLite: 4 worker processes save and fetch one long conversation (each its own
 turns); counted: summarizer calls and checkpoints (threshold crossings), then the calls a
 restarted worker makes to serve the same view, and for comparison the same run with
-``summaries="memory"`` (the seed: every worker and every restart summarizes on its own).
+``summaries="memory"`` (in-process summaries: every worker and every restart summarizes on its own).
 Prints markdown.
 """
 

@@ -1,4 +1,4 @@
-"""What the encrypting layer costs on save and fetch (issue 14 item 8), over SQLite.
+"""What the encrypting layer costs on save and fetch, over SQLite.
 
     python -m benchmarks.encryption [--quick]
 

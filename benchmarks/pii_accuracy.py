@@ -20,7 +20,7 @@ and CPU-bound; CPU time keeps the figure stable on a busy 2-core machine).
 Bounded time: the 1 MB adversarial inputs of the tests (which assert only that they
 finish) are timed here, one ``scrub_text`` call each.
 
-Options: ``--check`` exits 1 when a bar of issue 3 is missed; ``--verbose`` lists every
+Options: ``--check`` exits 1 when an accuracy bar is missed; ``--verbose`` lists every
 false positive and false negative.
 """
 
@@ -51,7 +51,7 @@ SCORED: Final = (
     "US_SSN",
     "IP_ADDRESS",
 )
-# Bars from issue 3: (min precision, min recall) per entity, and chars per second.
+# Accuracy bars: (min precision, min recall) per entity, and chars per second.
 BARS: Final = {name: (0.98, 0.99) for name in SCORED} | {"PHONE_NUMBER": (0.90, 0.90)}
 MIN_CHARS_PER_SECOND: Final = 1_000_000
 KEY: Final = ChatKey("benchmark", "pii-accuracy", "scrubber")
@@ -172,7 +172,7 @@ def table(stats: dict[str, dict[str, Any]], chars_per_second: float) -> tuple[st
     return "\n".join(lines), ok
 
 
-# --- free text on the Presidio sample (issue 14.6 / 14.7) -----------------------------------
+# --- free text on the Presidio sample -----------------------------------
 #: Our entity -> the Presidio sample's gold type it is scored against. Presidio labels every
 #: date and time DATE_TIME, so DATE_OF_BIRTH recall there is bounded by how few are births.
 FREE_TEXT: Final = {

@@ -330,7 +330,7 @@ def fit_to_budget(
 
 def _import_litellm() -> ModuleType:
     # Always, not setdefault: litellm reads it at import and would otherwise fetch its price
-    # list from GitHub (DESIGN.md §6), which cannot work offline and must never happen here.
+    # list from GitHub, which cannot work offline and must never happen here.
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     return importlib.import_module("litellm")
 

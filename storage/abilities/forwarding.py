@@ -14,7 +14,6 @@ business (:mod:`storage.abilities.declaring`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, NoReturn, ParamSpec, TypeVar
 
 from storage.abilities.protocols import (
@@ -38,11 +37,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Forward(property, Generic[P, R]):
+class Forward(Generic[P, R]):
     """``layer.<name>`` is ``layer.inner.<name>``, typed as the protocol method it is made of.
 
-    A ``property`` whose getter is ``operator.attrgetter("inner.<name>")``: the lookup runs
-    in C and returns the inner component's bound method itself.
+    A non-data descriptor: reading it returns the inner component's bound method itself (no
+    wrapper, no extra frame when it is called), and, like a method, an instance attribute of
+    the same name takes its place (``unittest.mock.patch.object(layer, "replace")`` works).
 
     Attributes:
         method: the protocol's method (``SequencedStorage.head``).
@@ -50,10 +50,8 @@ class Forward(property, Generic[P, R]):
     """
 
     def __init__(self, method: Callable[Concatenate[Any, P], R]) -> None:
-        name = method.__name__
-        super().__init__(attrgetter("inner." + name))
         self.method = method
-        self.name = name
+        self.name = method.__name__
         self.__doc__ = method.__doc__
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -75,6 +73,13 @@ class Forward(property, Generic[P, R]):
         def __get__(self, instance: object, owner: type | None = None, /) -> Callable[P, R]: ...
 
         def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
+
+    else:
+
+        def __get__(self, instance, owner=None, /):
+            if instance is None:
+                return self
+            return getattr(instance.inner, self.name)
 
 
 def forward(method: Callable[Concatenate[Any, P], R]) -> Forward[P, R]:

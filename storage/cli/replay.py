@@ -288,7 +288,7 @@ async def _background_tasks(layers: Sequence[Any]) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         for layer in layers:
             # A stack entered with ``async with`` has opened them already.
-            if getattr(layer, "background", False) and getattr(layer, "_tasks", None) is None:
+            if getattr(layer, "background", False) and not getattr(layer, "background_open", True):
                 await stack.enter_async_context(layer.background_tasks())
         yield
 
@@ -307,7 +307,7 @@ def token_counter(model: str) -> Callable[[Sequence[ChatMessage]], int] | None:
     """A token counter, or ``None`` (sizes shown in messages only) when tiktoken's encoding
     files are not on this machine: replay must work on a plain install without the ``llm``
     extra, whose package ships them."""
-    from summarizers.tokens import count_tokens
+    from storage.tokens import count_tokens
 
     try:
         count_tokens([ChatMessage("user", "probe")], model=model)

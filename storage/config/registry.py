@@ -134,12 +134,17 @@ class Registry:
         builtins: register the built-in names (default ``True``).
         entry_points: discover third-party names from entry points on first lookup (default
             ``True``). Discovery runs once per registry; :meth:`refresh` runs it again.
+
+    Attributes:
+        generation: changes whenever a name is registered or removed (a caller keeping a
+            factory it resolved knows, by an attribute read, whether it is still current).
     """
 
     def __init__(self, *, builtins: bool = True, entry_points: bool = True) -> None:
         self._entries: dict[Kind, dict[str, Entry]] = {kind: {} for kind in KINDS}
         self._loaded: dict[tuple[Kind, str], Any] = {}
         self._use_entry_points = entry_points
+        self.generation = 0
         self._entry_points_loaded = not entry_points
         if builtins:
             for kind, entries in BUILTINS.items():
@@ -182,11 +187,13 @@ class Registry:
             )
         table[name] = Entry(name, target, extra, tuple(requires), "register()")
         self._loaded.pop((kind, name), None)
+        self.generation += 1
 
     def unregister(self, kind: Kind, name: str) -> None:
         """Remove a name (a no-op when it is not registered)."""
         self._table(kind).pop(name, None)
         self._loaded.pop((kind, name), None)
+        self.generation += 1
 
     def names(self, kind: Kind) -> list[str]:
         """Every registered name of ``kind``, sorted (entry points included)."""
@@ -283,6 +290,7 @@ class Registry:
                         )
                     continue
                 table[ep.name] = Entry(ep.name, ep.value, None, (), origin)
+                self.generation += 1
 
 
 def check_requires(entry: Entry, what: str) -> None:

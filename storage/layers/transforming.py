@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias
 
 import anyio
@@ -28,13 +28,17 @@ from storage.layers.payload import Down, PayloadLayer, Send, SendRecord
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
-__all__ = ["MessageTransform", "RecordTransform", "TransformingChatStorage"]
+__all__ = ["BatchTransform", "MessageTransform", "RecordTransform", "TransformingChatStorage"]
 
 MessageTransform: TypeAlias = Callable[
     [ChatMessage, ChatKey], "ChatMessage | Awaitable[ChatMessage | None] | None"
 ]
 RecordTransform: TypeAlias = Callable[
     [ConversationRecord, ChatKey], "ConversationRecord | Awaitable[ConversationRecord]"
+]
+BatchTransform: TypeAlias = Callable[
+    [list[ChatMessage], ChatKey],
+    "Sequence[ChatMessage | None] | Awaitable[Sequence[ChatMessage | None]]",
 ]
 
 
@@ -44,7 +48,9 @@ class TransformingChatStorage(PayloadLayer):
     The transform may be sync or async. Returning ``None`` drops the message (it is absent
     from the result of ``save``). An exception raised by the transform propagates unchanged
     and nothing of the batch is stored: every message is transformed before the inner store
-    is called. Fetches pass through.
+    is called. Fetches pass through. A transform with a ``transform_batch(messages, key)``
+    method (sync or async, returning one result per message, in order, as calling it on
+    each would) gets each batch in one call (``PIIScrubber`` has one).
 
     Every path that writes a message transforms it: ``save``, ``save_messages``, ``replace``,
     ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``).
@@ -59,10 +65,10 @@ class TransformingChatStorage(PayloadLayer):
         transform: ``(message, key) -> ChatMessage | None`` (or an awaitable of it). It must
             keep the message ``id`` so a retried save stays idempotent.
         thread_chars: a message holding more characters than this (content, text parts,
-            tool-call arguments) is transformed in a worker thread, so scrubbing a huge tool
-            result does not stall the event loop; default 65,536 (a thread hop costs ~100 µs,
-            far less than scrubbing that much text). The transform must then be thread-safe
-            (``PIIScrubber`` is).
+            tool-call arguments; with ``transform_batch``: a batch) is transformed in a worker
+            thread, so scrubbing a huge tool result does not stall the event loop; default
+            65,536 (a thread hop costs ~100 µs, far less than scrubbing that much text). The
+            transform must then be thread-safe (``PIIScrubber`` is).
 
     Raises:
         InvalidMessageError: a message is invalid (checked before the transform sees it); a
@@ -93,6 +99,8 @@ class TransformingChatStorage(PayloadLayer):
         self.thread_chars = thread_chars
         own: RecordTransform | None = getattr(transform, "transform_record", None)
         self._record_transform = own if callable(own) else None
+        many: BatchTransform | None = getattr(transform, "transform_batch", None)
+        self._batch = many if callable(many) else None
 
     async def _one(self, key: ChatKey, message: ChatMessage) -> ChatMessage | None:
         if _size(message) > self.thread_chars:
@@ -103,12 +111,29 @@ class TransformingChatStorage(PayloadLayer):
             result = await result
         return result
 
+    async def _all(self, key: ChatKey, messages: list[ChatMessage]) -> list[ChatMessage | None]:
+        """Each message transformed (``None``: dropped), through the transform's
+        ``transform_batch(messages, key)`` in one call when it has one."""
+        many = self._batch
+        if many is None:
+            return [await self._one(key, message) for message in messages]
+        if sum(map(_size, messages)) > self.thread_chars:
+            results = await anyio.to_thread.run_sync(many, messages, key)
+        else:
+            results = many(messages, key)
+        if inspect.isawaitable(results):
+            results = await results
+        if len(results) != len(messages):
+            raise InvalidMessageError(
+                f"transform_batch returned {len(results)} results for {len(messages)} messages"
+            )
+        return list(results)
+
     async def _down(
         self, key: ChatKey, messages: list[ChatMessage], what: Down, send: Send
     ) -> list[ChatMessage]:
         out: list[ChatMessage] = []
-        for index, message in enumerate(messages):
-            result = await self._one(key, message)
+        for index, result in enumerate(await self._all(key, messages)):
             if result is not None:
                 out.append(result)
             elif what == "checkpoint":

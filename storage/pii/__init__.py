@@ -1,4 +1,4 @@
-"""PII scrubbing for the transforming layer (DESIGN.md §5).
+"""PII scrubbing for the transforming layer (ARCHITECTURE.md#layers).
 
 ``PIIScrubber`` is a message transform: ``TransformingChatStorage(inner, PIIScrubber())``
 replaces e-mail addresses, phone numbers, payment cards, IBANs, US SSNs, IP addresses,
@@ -7,8 +7,10 @@ and ZIP codes, JSON fields whose key names the entity (``"dob"``, ``"zip"``, ``"
 plus any values the application knows are PII, with keyed-hash placeholders before anything
 reaches the inner store.
 
-Modules: ``scrubber`` (the transform), ``detectors`` / ``phone`` / ``credentials`` /
-``freetext`` (the rules), ``keyed`` (JSON key names), ``protected`` (what is never PII),
+Modules: ``scrubber`` (the transform), ``run`` (one batch's scrubbing), ``fields`` (which
+fields of a message carry text), ``detectors`` / ``phone`` / ``credentials`` /
+``freetext`` (the rules), ``prefilter`` (which rules can match a text, checked first),
+``keyed`` (JSON key names), ``protected`` (what is never PII, and the per-text view),
 ``known_values``, ``placeholders``, ``payloads`` (JSON value by value), ``spans`` (overlap
 resolution), ``ner`` (the optional recognizer protocol and its spaCy / Presidio adapters).
 """

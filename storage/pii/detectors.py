@@ -4,8 +4,9 @@ Every detector here runs in time linear in the text: candidates start only where
 lookbehind allows (never in the middle of a run the pattern could also have started at),
 runs are consumed possessively, and repetitions are bounded, so no input can make the
 engine backtrack more than a constant amount per position. E-mail addresses are found from
-each ``@`` instead, scanning the runs on either side once. Patterns open with a lookahead
-for their first character, which lets the engine skip quickly to where they can match.
+each ``@`` instead, scanning the runs on either side once. Number patterns open with a digit
+(the lookbehind then checks the character before it), which lets the engine skip quickly
+to where they can match; an ASCII text is scanned with their ``re.ASCII`` twins.
 
 Sources of the rules: Luhn (ISO/IEC 7812-1) for payment cards; ISO 13616 mod-97 and the
 SWIFT IBAN registry's per-country lengths for IBANs; the SSA's never-issued SSN ranges
@@ -22,7 +23,8 @@ from typing import Final
 
 import attrs
 
-from storage.pii.protected import TextView
+from storage.pii.prefilter import may_hold_ipv4, may_hold_ipv6
+from storage.pii.protected import TextView, ascii_twin
 
 __all__ = [
     "IBAN_LENGTHS",
@@ -135,14 +137,15 @@ def find_emails(view: TextView) -> Iterator[tuple[int, int]]:
 # --- payment cards ------------------------------------------------------------------------
 _CARD_RE: Final = re.compile(
     r"""
-    (?=\d)(?<![\w+\-.])      # the lookahead first lets the engine skip to digits fast
-    (?:\d{12,19}                                              # bare
-      |\d{4}([ \-])\d{4}\1\d{4}\1\d{1,4}(?:\1\d{1,3})?        # 4-4-4-4(-3)
-      |\d{4}([ \-])\d{6}\2\d{4,5})                            # 4-6-5 Amex, 4-6-4 Diners
+    \d(?<=(?<![\w+\-.])\d)   # a digit first (the engine skips to one fast), then what is before it
+    (?:\d{11,18}                                             # bare
+      |\d{3}([ \-])\d{4}\1\d{4}\1\d{1,4}(?:\1\d{1,3})?       # 4-4-4-4(-3)
+      |\d{3}([ \-])\d{6}\2\d{4,5})                           # 4-6-5 Amex, 4-6-4 Diners
     (?!\w|[.\-]\d)
     """,
     re.VERBOSE,
 )
+_CARD_ASCII: Final = ascii_twin(_CARD_RE)
 
 
 def luhn_is_valid(digits: str) -> bool:
@@ -163,7 +166,7 @@ def find_credit_cards(view: TextView) -> Iterator[tuple[int, int]]:
     issuer digit 1-6, passing Luhn; never after ``+`` (phone numbers) or inside longer runs."""
     if not view.has_digit:
         return
-    for m in _CARD_RE.finditer(view.text):
+    for m in (_CARD_ASCII if view.ascii else _CARD_RE).finditer(view.text):
         digits = m.group().replace(" ", "").replace("-", "")
         if (
             digits[0] in "123456"
@@ -175,14 +178,17 @@ def find_credit_cards(view: TextView) -> Iterator[tuple[int, int]]:
 
 
 # --- US SSN -------------------------------------------------------------------------------
-_SSN_RE: Final = re.compile(r"(?=\d)(?<![\w+\-.$/#])(\d{3})([\- ])(\d{2})\2(\d{4})(?!\w|[.\-]?\d)")
+_SSN_RE: Final = re.compile(
+    r"(\d(?<=(?<![\w+\-.$/#])\d)\d{2})([\- ])(\d{2})\2(\d{4})(?!\w|[.\-]?\d)"
+)
+_SSN_ASCII: Final = ascii_twin(_SSN_RE)
 
 
 def find_us_ssns(view: TextView) -> Iterator[tuple[int, int]]:
     """US Social Security numbers ``AAA-GG-SSSS`` (or spaced) in ranges the SSA can issue."""
     if not view.has_digit:
         return
-    for m in _SSN_RE.finditer(view.text):
+    for m in (_SSN_ASCII if view.ascii else _SSN_RE).finditer(view.text):
         area, _, group, serial = m.groups()
         if (
             area not in ("000", "666")
@@ -211,8 +217,9 @@ IBAN_LENGTHS: Final[dict[str, int]] = {
 # Matched from the check digits (a digit-led pattern is scanned for fast); the country code
 # is checked by the lookbehind and taken back into the span by the finder.
 _IBAN_RE: Final = re.compile(
-    r"(?=\d)(?<=(?<!\w)[A-Za-z]{2})\d{2}(?:[ ]?[A-Za-z0-9]{4}){2,8}(?:[ ]?[A-Za-z0-9]{1,4})?(?!\w)"
+    r"\d(?<=(?<!\w)[A-Za-z]{2}\d)\d(?:[ ]?[A-Za-z0-9]{4}){2,8}(?:[ ]?[A-Za-z0-9]{1,4})?(?!\w)"
 )
+_IBAN_ASCII: Final = ascii_twin(_IBAN_RE)
 
 
 def iban_is_valid(iban: str) -> bool:
@@ -230,7 +237,7 @@ def find_ibans(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    for m in _IBAN_RE.finditer(text):
+    for m in (_IBAN_ASCII if view.ascii else _IBAN_RE).finditer(text):
         start = m.start() - 2
         length = IBAN_LENGTHS.get(text[start : m.start()].upper())
         if length is None:
@@ -251,6 +258,8 @@ _IPV6_RE: Final = re.compile(
     r"(?=[0-9A-Fa-f:])(?<![\w:.])[0-9A-Fa-f:]{2,39}(?:(?<=:)(?:\d{1,3}\.){3}\d{1,3})?(?:%[\w.]{1,32})?"
     r"(?![\w:]|\.\w)"
 )
+_IPV4_ASCII: Final = ascii_twin(_IPV4_RE)
+_IPV6_ASCII: Final = ascii_twin(_IPV6_RE)
 
 
 def find_ip_addresses(view: TextView) -> Iterator[tuple[int, int]]:
@@ -259,12 +268,12 @@ def find_ip_addresses(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    if "." in text:
-        for m in _IPV4_RE.finditer(text):
+    if may_hold_ipv4(view):
+        for m in (_IPV4_ASCII if view.ascii else _IPV4_RE).finditer(text):
             if not view.never_match(*m.span()):
                 yield m.span()
-    if ":" in text:
-        for m in _IPV6_RE.finditer(text):
+    if may_hold_ipv6(view):
+        for m in (_IPV6_ASCII if view.ascii else _IPV6_RE).finditer(text):
             candidate = m.group()
             if candidate.count(":") < 2 or not any(ch.isdigit() for ch in candidate):
                 continue

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterator
 from typing import Final
 
-from storage.pii.protected import TextView
+from storage.pii.protected import TextView, ascii_twin
 
 __all__ = ["find_dates_of_birth", "find_street_addresses", "find_zip_codes"]
 
@@ -108,8 +108,9 @@ _DIRECTION: Final = r"(?:[NSEW]\.?|North|South|East|West|NE|NW|SE|SW)\ {1,2}"
 # name (Koskikatu 25) or a street-type word up to four words back (Via Franscini 71). A
 # number glued to a colon, a currency sign or a dot is a time, a price or a decimal.
 _NUMBER_RE: Final = re.compile(
-    r"(?=\d)(?<![\w\-/.#,:$€£])\d{1,6}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,:]\d)"
+    r"\d(?<=(?<![\w\-/.#,:$€£])\d)\d{0,5}(?:[A-Za-z]|-\d{1,4})?(?!\w|[.,:]\d)"
 )
+_NUMBER_ASCII: Final = ascii_twin(_NUMBER_RE)
 _STREET_AFTER_RE: Final = re.compile(
     rf"\ {{1,2}}(?:{_DIRECTION})?(?P<name>{_NAME_WORD})\ {{1,2}}(?:{_NAME_WORD}\ {{1,2}}){{0,3}}?"
     rf"(?P<suffix>(?i:{_SUFFIX}))\b\.?"
@@ -171,32 +172,41 @@ _PLACE_FOLLOWS_RE: Final = re.compile(
 )
 
 
+def _word_before(text: str, pos: int) -> tuple[int, str] | None:
+    """The word before ``pos`` on its line as (start, word), or ``None``: none there, a run
+    longer than any street word, or one without a letter. A leading quote mark (``>Apt. 805``)
+    is not part of the word. Constant work (a word is 24 characters at most)."""
+    end = pos
+    while end > 0 and end > pos - 3 and text[end - 1] in " #":
+        end -= 1
+    if end == pos or end == 0:
+        return None
+    # The word starts after the last white space before its last character (at most 24 back).
+    floor = max(0, end - 25)
+    if end - 1 == floor or text[end - 2].isspace():
+        begin = end - 1  # a word of one character
+    else:
+        begin = end - 1 - len(text[floor : end - 1].rsplit(None, 1)[-1])
+    if begin > 0 and not text[begin - 1].isspace():
+        return None  # a longer run than any street word
+    while begin < end - 1 and text[begin] in ">*-•(\"'[":
+        begin += 1
+    word = text[begin:end]
+    if not word.isalpha() and (len(word) == 1 or not any(ch.isalpha() for ch in word)):
+        return None
+    return begin, word
+
+
 def _words_before(text: str, start: int, count: int) -> list[tuple[int, str]]:
-    """Up to ``count`` words before ``start`` on its line, nearest first, as (start, word);
-    stops at a word without a letter. A leading quote mark (``>Apt. 805``) is not part of
-    the word. Constant work per call (each word is 24 chars at most).
-    """
+    """Up to ``count`` words before ``start`` (see :func:`_word_before`), nearest first."""
     out: list[tuple[int, str]] = []
     pos = start
     for _ in range(count):
-        end = pos
-        while end > 0 and end > pos - 3 and text[end - 1] in " #":
-            end -= 1
-        if end == pos or end == 0:
+        word = _word_before(text, pos)
+        if word is None:
             break
-        begin = end - 1
-        floor = max(0, end - 25)
-        while begin > floor and not text[begin - 1].isspace():
-            begin -= 1
-        if begin > 0 and not text[begin - 1].isspace():
-            break  # a longer run than any street word
-        while begin < end - 1 and text[begin] in ">*-•(\"'[":
-            begin += 1
-        word = text[begin:end]
-        if not any(ch.isalpha() for ch in word):
-            break
-        out.append((begin, word))
-        pos = begin
+        out.append(word)
+        pos = word[0]
     return out
 
 
@@ -241,29 +251,35 @@ def _number_first_street(text: str, start: int, street: re.Match[str]) -> bool:
 def _address_before(text: str, start: int, end: int) -> int:
     """Where an address that ends with the number ``start:end`` begins: at a unit, a compound
     street name or a street-type word before it; ``start`` when there is none."""
-    before = _words_before(text, start, 4)
-    if not before:
+    nearest = _word_before(text, start)
+    if nearest is None:
         return start
-    first, word = before[0]
+    first, word = nearest
     bare = word.rstrip(".,").lower()
-    if bare == "box" and len(before) > 1 and before[1][1].lower().rstrip(".") in _PO_BOX:
-        return before[1][0]  # "P.O. Box 242"
+    second = _word_before(text, first) if bare == "box" or bare in _PLAIN_UNIT_WORDS else None
+    if bare == "box" and second is not None and second[1].lower().rstrip(".") in _PO_BOX:
+        return second[0]  # "P.O. Box 242"
     if bare in _UNIT_WORDS:
         if bare in _PLAIN_UNIT_WORDS and (
             _PLACE_FOLLOWS_RE.match(text, end) is None
-            or (len(before) > 1 and before[1][1].lower() in _ARTICLES)
+            or (second is not None and second[1].lower() in _ARTICLES)
         ):
             return start
         return first
     if _COMPOUND_RE.fullmatch(word.rstrip(".,")) is not None:
         return first
-    # "Via Franscini 71", "Rua do Arenque 1634": a capitalised street word, then capitalised
-    # names or particles (so "via Miami on May 17" is no address).
-    for n, (at, candidate) in enumerate(before):
+    # "Via Franscini 71", "Rua do Arenque 1634": up to four words back, a capitalised street
+    # word after capitalised names or particles only (so "via Miami on May 17" is none).
+    at, candidate = nearest
+    for n in range(4):
         if candidate[0].isupper() and candidate.rstrip(".").lower() in _STREET_WORDS:
-            if all(w[0].isupper() or w in _PARTICLES for _, w in before[:n]):
-                return at
-            break
+            return at
+        if n == 3 or not (candidate[0].isupper() or candidate in _PARTICLES):
+            return start
+        farther = _word_before(text, at)
+        if farther is None:
+            return start
+        at, candidate = farther
     return start
 
 
@@ -272,8 +288,9 @@ def find_street_addresses(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
+    numbers = _NUMBER_ASCII if view.ascii else _NUMBER_RE
     pos = 0
-    while (m := _NUMBER_RE.search(text, pos)) is not None:
+    while (m := numbers.search(text, pos)) is not None:
         start, end = m.span()
         pos = end
         street = _STREET_AFTER_RE.match(text, end)
@@ -295,7 +312,8 @@ _STATES: Final = (
     "AL|AK|AZ|AR|CA|CO|CT|DE|DC|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH"
     "|NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|PR"
 )
-_ZIP_RE: Final = re.compile(r"(?=\d)(?<![\w\-.])\d{5}(?:-\d{4})?(?![\w\-]|[.,]\d)")
+_ZIP_RE: Final = re.compile(r"\d(?<=(?<![\w\-.])\d)\d{4}(?:-\d{4})?(?![\w\-]|[.,]\d)")
+_ZIP_ASCII: Final = ascii_twin(_ZIP_RE)
 _STATE_BEFORE_RE: Final = re.compile(rf"(?<![A-Za-z])(?:{_STATES}),?\ {{1,2}}\Z")
 _POSTAL: Final = (
     r"(?:\d{4}\ ?[A-Z]{2}(?![\w\-])|\d{5}(?:-\d{4})?|\d{3}\ \d{2}|\d{4,6}(?:-\d{3})?"
@@ -313,7 +331,7 @@ def find_zip_codes(view: TextView) -> Iterator[tuple[int, int]]:
     if not view.has_digit:
         return
     text = view.text
-    for m in _ZIP_RE.finditer(text):
+    for m in (_ZIP_ASCII if view.ascii else _ZIP_RE).finditer(text):
         start = m.start()
         state = _STATE_BEFORE_RE.search(text, max(0, start - 5), start)
         if state is None:

@@ -9,6 +9,7 @@ entity. Keys are matched case-insensitively, ignoring ``_``, ``-``, spaces and d
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -17,7 +18,14 @@ from typing import Final
 from storage.errors import ConfigError
 from storage.pii.placeholders import ENTITY_NAME_RE
 
-__all__ = ["DEFAULT_JSON_KEYS", "compile_json_keys", "keyed_entity", "normalize_key"]
+__all__ = [
+    "DEFAULT_JSON_KEYS",
+    "KeyEntities",
+    "compile_json_keys",
+    "is_one_value",
+    "keyed_entity",
+    "normalize_key",
+]
 
 #: The default key names per entity (already normalized: lower case, letters and digits).
 DEFAULT_JSON_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -52,6 +60,8 @@ DEFAULT_JSON_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 _NOT_KEY_CHAR: Final = re.compile(r"[\s_\-.]+")
 _MAX_VALUE: Final = 200  # longer values are free text: scrubbed by the rules instead
+_MAX_CACHED: Final = 4096
+_ALNUM: Final = re.compile(r"[^\W_]")  # a letter or digit (str.isalnum)
 
 
 @lru_cache(maxsize=4096)
@@ -82,9 +92,29 @@ def compile_json_keys(keys: Mapping[str, Iterable[str]] | None) -> dict[str, str
 def keyed_entity(keys: Mapping[str, str], key: str, value: str) -> str | None:
     """The entity of ``value`` under ``key``, or ``None`` (not a keyed field, empty, too long
     to be one value, or with no letter or digit)."""
-    if not keys or not value or len(value) > _MAX_VALUE:
+    if not keys or not is_one_value(value):
         return None
-    entity = keys.get(normalize_key(key))
-    if entity is None or not any(ch.isalnum() for ch in value):
-        return None
-    return entity
+    return keys.get(normalize_key(key))
+
+
+def is_one_value(value: str) -> bool:
+    """Whether ``value`` can be replaced whole under a keyed field: not empty, not too long
+    to be one value, with a letter or digit."""
+    return 0 < len(value) <= _MAX_VALUE and (value.isalnum() or _ALNUM.search(value) is not None)
+
+
+class KeyEntities(dict[str, str | None]):
+    """The entity each JSON object key names (``None``: none), by the key's text between its
+    quotes as written in the document (escapes undecoded); filled on first look-up and
+    bounded, so it serves every document a scrubber sees."""
+
+    def __init__(self, keys: Mapping[str, str]) -> None:
+        super().__init__()
+        self._keys = keys
+
+    def __missing__(self, literal: str) -> str | None:
+        if len(self) >= _MAX_CACHED:
+            self.clear()
+        name = json.loads(f'"{literal}"') if "\\" in literal else literal
+        entity = self[literal] = self._keys.get(normalize_key(name))
+        return entity

@@ -29,7 +29,7 @@ from typing import Final
 
 import phonenumbers
 
-from storage.pii.protected import TextView
+from storage.pii.protected import TextView, ascii_twin
 
 __all__ = ["find_phone_numbers"]
 
@@ -45,6 +45,7 @@ _CANDIDATE_RE: Final = re.compile(
     """,
     re.VERBOSE,
 )
+_CANDIDATE_ASCII: Final = ascii_twin(_CANDIDATE_RE)
 _GROUP_RE: Final = re.compile(r"\(?\d+\)?")
 _EXT_RE: Final = re.compile(r"\ ?(?:x|ext\.?|extension)\ ?\d{1,6}$")
 _CURRENCY: Final = (
@@ -73,9 +74,10 @@ def _possible_international(number: str) -> bool:
     return phonenumbers.is_possible_number(parsed)
 
 
-def _national_ok(groups: list[str], seps: str, text: str, start: int, end: int) -> bool:
+def _national_ok(
+    groups: list[str], digits: str, seps: str, text: str, start: int, end: int
+) -> bool:
     """The format rules for a number without a country code (see the module docstring)."""
-    digits = "".join(g.strip("()") for g in groups)
     n = len(digits)
     if len(groups) == 1 and groups[0][0] != "(":
         return (
@@ -121,8 +123,11 @@ def _valid(text: str, start: int, end: int, groups: list[str], digits: str) -> b
         return _possible_international(body[: ext.start()] if ext else body)
     if len(groups) > 1 and groups[0].startswith("00") and len(groups[0]) <= 5:
         return _possible_international("+" + digits[2:])
-    seps = "".join(sorted({ch for ch in text[start:end] if ch in " .-"}))
-    return _national_ok(groups, seps, text, start, end)
+    body = text[start:end]  # its separators, in sorted order
+    seps = (
+        (" " if " " in body else "") + ("-" if "-" in body else "") + ("." if "." in body else "")
+    )
+    return _national_ok(groups, digits, seps, text, start, end)
 
 
 def _longest(
@@ -132,7 +137,8 @@ def _longest(
     whole, then without the extension, then without each trailing group. Returns its end (or
     ``None``) and whether a valid cut was refused for overlapping a date or labelled id."""
     text = view.text
-    groups = [g.group().strip("()") for g in found]
+    written = [g.group() for g in found]
+    groups = [g.strip("()") for g in written]
     sizes = [0]  # digits in the first n groups
     for g in groups:
         sizes.append(sizes[-1] + len(g))
@@ -145,8 +151,7 @@ def _longest(
             break
         if cut < end and text[cut] in ".-":
             continue  # the run goes on ("4111-1111-1111-1234"): no part of it is a phone
-        kept = [g.group() for g in found[:n]]
-        if sizes[n] <= 15 and _valid(text, start, cut, kept, digits[: sizes[n]]):
+        if sizes[n] <= 15 and _valid(text, start, cut, written[:n], digits[: sizes[n]]):
             if not view.never_match(start, cut):
                 return cut, blocked
             blocked = True
@@ -159,7 +164,8 @@ def find_phone_numbers(view: TextView) -> Iterator[tuple[int, int]]:
         return
     text = view.text
     pos = 0
-    while (m := _CANDIDATE_RE.search(text, pos)) is not None:
+    candidates = _CANDIDATE_ASCII if view.ascii else _CANDIDATE_RE
+    while (m := candidates.search(text, pos)) is not None:
         start, end = m.span()
         pos = end
         if end - start < 7:

@@ -10,7 +10,6 @@ A placeholder never matches a detector again (the scrubber skips anything shaped
 from __future__ import annotations
 
 import hashlib
-import hmac
 import re
 from typing import Final
 
@@ -33,6 +32,9 @@ PLACEHOLDER_RE: Final = re.compile(r"<[A-Z][A-Z0-9_]{0,63}_[0-9a-f]{8}>")
 MASKED_ENTITIES: Final = frozenset({"CREDIT_CARD", "PHONE_NUMBER"})
 
 _DIGITS_ONLY: Final = frozenset({"CREDIT_CARD", "PHONE_NUMBER", "US_SSN"})
+_BLOCK: Final = 64  # SHA-256's block size, in bytes
+_IPAD: Final = bytes(b ^ 0x36 for b in range(256))  # RFC 2104's inner and outer pads
+_OPAD: Final = bytes(b ^ 0x5C for b in range(256))
 _NOT_DIGIT: Final = re.compile(r"\D+")
 _NOT_ALNUM: Final = re.compile(r"[^0-9A-Za-z]+")
 
@@ -69,17 +71,27 @@ class KeyedHasher:
     """Placeholders for one conversation: HMAC-SHA256(secret, key parts + value).
 
     The key parts are joined with NUL, which a ``ChatKey`` can never contain, so two
-    different keys can never produce the same hashed input.
+    different keys can never produce the same hashed input. HMAC is computed as RFC 2104
+    defines it, from the two SHA-256 states of the padded secret (the inner one has taken
+    the key parts): a placeholder then costs two hash copies, about half of copying an
+    ``hmac`` object; the result is the same as :func:`hmac.new`'s (tested).
     """
 
-    __slots__ = ("_base",)
+    __slots__ = ("_inner", "_outer")
 
     def __init__(self, secret: bytes, key: ChatKey) -> None:
         prefix = "\x00".join((key.user_id, key.session_id, key.agent_id, ""))
-        self._base = hmac.new(secret, prefix.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        if len(secret) > _BLOCK:
+            secret = hashlib.sha256(secret).digest()
+        secret = secret.ljust(_BLOCK, b"\x00")
+        self._inner = hashlib.sha256(secret.translate(_IPAD))
+        self._inner.update(prefix.encode("utf-8", "surrogatepass"))
+        self._outer = hashlib.sha256(secret.translate(_OPAD))
 
     def placeholder(self, entity: str, value: str) -> str:
         """``<ENTITY_xxxxxxxx>`` for ``value`` (normalized first, see :func:`normalize`)."""
-        h = self._base.copy()
-        h.update(normalize(entity, value).encode("utf-8", "surrogatepass"))
-        return f"<{entity}_{h.hexdigest()[:8]}>"
+        inner = self._inner.copy()
+        inner.update(normalize(entity, value).encode("utf-8", "surrogatepass"))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return f"<{entity}_{outer.hexdigest()[:8]}>"

@@ -17,13 +17,13 @@ import re
 import warnings
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 import attrs
 
 from storage.errors import ConfigError
-from storage.message import ChatKey, ChatMessage
+from storage.message import ChatKey, ChatMessage, trusted_message, trusted_tool_call
 from storage.pii.credentials import (
     find_api_keys,
     find_jwts,
@@ -40,11 +40,11 @@ from storage.pii.detectors import (
     find_ip_addresses,
     find_us_ssns,
 )
+from storage.pii.fields import scrub_json_value, scrub_part, scrub_value
 from storage.pii.freetext import find_dates_of_birth, find_street_addresses, find_zip_codes
-from storage.pii.keyed import compile_json_keys, keyed_entity
+from storage.pii.keyed import KeyEntities, compile_json_keys
 from storage.pii.known_values import FrozenValues, KnownValues, freeze_known_values
 from storage.pii.ner import EntityRecognizer
-from storage.pii.payloads import scrub_json
 from storage.pii.phone import find_phone_numbers
 from storage.pii.placeholders import (
     ENTITY_NAME_RE,
@@ -53,7 +53,9 @@ from storage.pii.placeholders import (
     KeyedHasher,
     mask,
 )
+from storage.pii.prefilter import BITS, plain_word, possible
 from storage.pii.protected import TextView
+from storage.pii.run import Run
 from storage.pii.spans import Detection, resolve
 
 if TYPE_CHECKING:
@@ -86,12 +88,12 @@ BUILTIN_ENTITIES: Final = tuple(_BUILTIN)
 #: The credential entities among them.
 SECRET_ENTITIES: Final = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "PASSWORD"})
 
+_AS_STORED: Final = frozenset({"content", "tool_calls"})
 _CUSTOM_RANK: Final = 50
 _KNOWN_RANK: Final = 100
 _RECOGNIZER_RANK: Final = 200
 _PROCESS_SECRET: Final = os.urandom(32)
 _MAX_HASHERS: Final = 1024
-_MAX_PASSES: Final = 4
 
 #: What ``detectors=`` accepts per entity: a regex (source or compiled), a ``RegexDetector``
 #: (regex + validator), or any callable ``text -> iterable of (start, end)``.
@@ -178,8 +180,9 @@ class PIIScrubber:
         known_values: values the application knows are PII, by entity
             (``{"PERSON": ["Mia Li"], "USER_ID": ["mia_li_3668"]}``), matched
             case-insensitively on word boundaries, also inside JSON payloads.
-        known_values_for: ``key -> {entity: values}``, called once per scrubbed message for
-            that conversation's own values (its user's profile); added to ``known_values``.
+        known_values_for: ``key -> {entity: values}``, called once per scrubbed message (once
+            per batch through ``transform_batch``) for that conversation's own values (its
+            user's profile); added to ``known_values``.
         detectors: custom detectors by entity name: a regex (string or compiled), a
             :class:`RegexDetector` (regex + validator), or any callable ``text -> iterable of
             (start, end)``. A built-in name replaces that built-in detector.
@@ -257,12 +260,19 @@ class PIIScrubber:
         self._finders: tuple[tuple[str, int, SpanFinder], ...] = tuple(
             (name, rank, finder) for name, (rank, finder) in finders.items()
         )
+        # The finders to run on a text, by what prefilter.possible says can match there.
+        self._plans: dict[int, tuple[tuple[str, int, SpanFinder], ...]] = {}
+        self._rules_only = recognizer is None and all(
+            finder is _BUILTIN.get(name) for name, _, finder in self._finders
+        )
         self._known: FrozenValues = freeze_known_values(known_values)
         self._known_for = known_values_for
         if recognizer is not None and not callable(recognizer):
             raise ConfigError("recognizer must be callable: text -> [(start, end, entity)]")
         self._recognizer = recognizer
         self._json_keys = compile_json_keys(json_keys)
+        # The entity each JSON object key names, found once per key name.
+        self._key_entities = KeyEntities(self._json_keys) if self._json_keys else None
         self.counts: Counter[str] = Counter()
         # Called with (entity, original value) for every replacement: benchmarks score with it.
         self._observer: Callable[[str, str], None] | None = None
@@ -278,7 +288,18 @@ class PIIScrubber:
             ``message`` itself when nothing was found, else a copy (same ``id``,
             ``created_at``, ``present``) with the PII replaced.
         """
+        return self._scrub(message, self._run(key))
+
+    def transform_batch(self, messages: Sequence[ChatMessage], key: ChatKey) -> list[ChatMessage]:
+        """Scrub the messages of one batch for conversation ``key``, in order (the batch hook
+        of ``TransformingChatStorage``): the same messages as calling the scrubber on each,
+        but a text that recurs in the batch (a date, a status in a list of flights) is
+        searched once, and ``known_values_for`` is called once.
+        """
         run = self._run(key)
+        return [self._scrub(message, run) for message in messages]
+
+    def _scrub(self, message: ChatMessage, run: Run) -> ChatMessage:
         changes: dict[str, Any] = {}
         scrub = run.payload if message.role == "tool" else run.text
         content = message.content
@@ -287,7 +308,7 @@ class PIIScrubber:
             if new_content != content:
                 changes["content"] = new_content
         elif isinstance(content, tuple) and content:
-            parts = [self._scrub_part(part, scrub, run) for part in content]
+            parts = [scrub_part(part, scrub, run) for part in content]
             if any(new is not old for new, old in zip(parts, content, strict=True)):
                 changes["content"] = tuple(parts)
         if message.tool_calls:
@@ -297,7 +318,7 @@ class PIIScrubber:
                 if isinstance(arguments, str):
                     new_arguments = run.payload(arguments)
                     if new_arguments != arguments:
-                        call = attrs.evolve(call, arguments=new_arguments)
+                        call = trusted_tool_call(call.id, call.name, new_arguments, call.type)
                 calls.append(call)
             if any(new is not old for new, old in zip(calls, message.tool_calls, strict=True)):
                 changes["tool_calls"] = tuple(calls)
@@ -309,19 +330,36 @@ class PIIScrubber:
             # Adapters keep framework data here (reasoning summaries, LangChain kwargs,
             # citations): it reaches the store, so its string values are scrubbed too.
             metadata = {
-                k: v if k == "chatlayers" else _scrub_value(v, run)
+                k: v if k == "chatlayers" else scrub_value(v, run)
                 for k, v in message.metadata.items()
             }
             if any(metadata[k] is not v for k, v in message.metadata.items()):
                 changes["metadata"] = metadata
-        return attrs.evolve(message, **changes) if changes else message
+        if not changes:
+            return message
+        content = changes.get("content", message.content)
+        if changes.keys() <= _AS_STORED and not isinstance(content, tuple):
+            # Text and tool calls are stored as they are: no converter to run (evolve's cost).
+            return trusted_message(
+                message.role,
+                content,
+                changes.get("tool_calls", message.tool_calls),
+                message.tool_call_id,
+                message.name,
+                message.id,
+                message.created_at,
+                message.metadata,
+                message.extra,
+                message.present,
+            )
+        return attrs.evolve(message, **changes)
 
     def transform_record(self, record: ConversationRecord, key: ChatKey) -> ConversationRecord:
         """Scrub a conversation record's data for conversation ``key`` (the
         ``TransformingChatStorage`` hook of ``save_record``): string values and whole
         integers that are PII, values under keys that name an entity (``json_keys``); keys,
         ``kind``, ``id`` and other values kept. ``record`` itself when nothing was found."""
-        data = _scrub_json_value(record.data, self._run(key), None)
+        data = scrub_json_value(record.data, self._run(key), None)
         return record if data is record.data else attrs.evolve(record, data=data)
 
     def scrub_text(self, text: str, key: ChatKey) -> str:
@@ -359,7 +397,7 @@ class PIIScrubber:
             pairs = pairs | freeze_known_values(self._known_for(key))
         return KnownValues.compile(pairs)
 
-    def _run(self, key: ChatKey) -> _Run:
+    def _run(self, key: ChatKey) -> Run:
         hasher = self._hashers.get(key)
         if hasher is None:
             if len(self._hashers) >= _MAX_HASHERS:
@@ -368,15 +406,23 @@ class PIIScrubber:
             if self._warn_random:
                 self._warn_random = False
                 _warn_random_secret()
-        return _Run(self, hasher, self._known_values(key), key)
+        return Run(self, hasher, self._known_values(key), key)
 
     def _find(self, text: str, known: KnownValues | None) -> list[Detection]:
         if not text:
             return []
-        view = TextView(text)
+        if plain_word(text):  # "economy", "one_way": only custom detectors can match it
+            plan = self._plan(0)
+            if not plan and known is None and self._recognizer is None:
+                return []
+            view = TextView(text)
+        else:
+            view = TextView(text)
+            plan = self._plan(possible(view))
         found: list[tuple[int, int, int, str]] = []
-        for name, rank, finder in self._finders:
-            found.extend((start, end, rank, name) for start, end in finder(view))
+        for name, rank, finder in plan:
+            for start, end in finder(view):
+                found.append((start, end, rank, name))
         if known is not None:
             found.extend((start, end, _KNOWN_RANK, name) for start, end, name in known.find(text))
         if self._recognizer is not None:
@@ -389,6 +435,18 @@ class PIIScrubber:
         if "<" in text:
             found = _outside_placeholders(text, found)
         return resolve(found)
+
+    def _plan(self, mask: int) -> tuple[tuple[str, int, SpanFinder], ...]:
+        """The finders to run when ``mask`` names the built-ins that can match; a custom
+        detector (also one that replaces a built-in) always runs."""
+        plan = self._plans.get(mask)
+        if plan is None:
+            plan = self._plans[mask] = tuple(
+                item
+                for item in self._finders
+                if item[2] is not _BUILTIN.get(item[0]) or BITS[item[0]] & mask
+            )
+        return plan
 
     def _replace(
         self, text: str, found: list[Detection], hasher: KeyedHasher, key: ChatKey | None = None
@@ -414,12 +472,7 @@ class PIIScrubber:
         return "".join(pieces)
 
     @staticmethod
-    def _scrub_part(part: Any, scrub: Callable[[str], str], run: _Run) -> Any:
-        """One content part, every field that carries text (see :func:`_scrub_part`)."""
-        return _scrub_part(part, scrub, run)
-
-    @staticmethod
-    def _scrub_extra(extra: Mapping[str, Any], run: _Run) -> dict[str, Any] | None:
+    def _scrub_extra(extra: Mapping[str, Any], run: Run) -> dict[str, Any] | None:
         """Legacy ``function_call`` arguments, the ``refusal`` text and the assistant audio's
         ``transcript`` (never its base64 ``data``); ``None`` if unchanged."""
         out = dict(extra)
@@ -440,115 +493,6 @@ class PIIScrubber:
         return out if changed else None
 
 
-def _scrub_url(url: str, run: _Run) -> str:
-    """A URL's text (path, query string, fragment); a ``data:`` URL is payload: kept."""
-    if url[:5].lower() == "data:":
-        return url
-    return run.text(url)
-
-
-def _with(part: Mapping[str, Any], field: str, new: Any) -> Mapping[str, Any] | dict[str, Any]:
-    return part if new is part[field] else {**part, field: new}
-
-
-def _scrub_part(part: Any, scrub: Callable[[str], str], run: _Run) -> Any:
-    """Scrub one content part; ``part`` itself when nothing changed.
-
-    OpenAI parts: ``text``; ``refusal``; ``image_url.url`` (a ``data:`` URL is base64 payload
-    and is kept); ``file.filename`` (``file_data`` is base64 and ``file_id`` an id: kept);
-    ``input_audio`` is payload only. agent-squad (Bedrock) blocks: ``text``; ``toolResult``
-    whose ``content`` holds ``{"text"}`` and ``{"json"}`` blocks (string values scrubbed,
-    keys kept); ``toolUse.input`` (the call's arguments as a JSON object).
-    """
-    if not isinstance(part, Mapping):
-        return part
-    out: Mapping[str, Any] = part
-    for field in ("text", "refusal"):
-        value = out.get(field)
-        if isinstance(value, str):
-            new = scrub(value)
-            if new != value:
-                out = {**out, field: new}
-    image = out.get("image_url")
-    if isinstance(image, Mapping) and isinstance(image.get("url"), str):
-        url = _scrub_url(image["url"], run)
-        if url != image["url"]:
-            out = {**out, "image_url": {**image, "url": url}}
-    elif isinstance(image, str):  # the older shorthand: "image_url": "https://..."
-        url = _scrub_url(image, run)
-        if url != image:
-            out = {**out, "image_url": url}
-    file = out.get("file")
-    if isinstance(file, Mapping) and isinstance(file.get("filename"), str):
-        filename = run.text(file["filename"])
-        if filename != file["filename"]:
-            out = {**out, "file": {**file, "filename": filename}}
-    result = out.get("toolResult")
-    if isinstance(result, Mapping) and isinstance(result.get("content"), list | tuple):
-        blocks = [_scrub_block(block, run) for block in result["content"]]
-        if any(new is not old for new, old in zip(blocks, result["content"], strict=True)):
-            out = {**out, "toolResult": {**result, "content": blocks}}
-    use = out.get("toolUse")
-    if isinstance(use, Mapping) and isinstance(use.get("input"), Mapping):
-        new_input = _scrub_json_value(use["input"], run, None)
-        if new_input is not use["input"]:
-            out = {**out, "toolUse": {**use, "input": new_input}}
-    return out
-
-
-def _scrub_block(block: Any, run: _Run) -> Any:
-    """One block of an agent-squad ``toolResult``: ``{"text": ...}`` or ``{"json": ...}``."""
-    if not isinstance(block, Mapping):
-        return block
-    out: Mapping[str, Any] = block
-    text = block.get("text")
-    if isinstance(text, str):
-        new = run.payload(text)
-        if new != text:
-            out = {**out, "text": new}
-    if "json" in block:
-        value = _scrub_json_value(block["json"], run, None)
-        if value is not block["json"]:
-            out = {**out, "json": value}
-    return out
-
-
-def _scrub_json_value(value: Any, run: _Run, key: str | None) -> Any:
-    """Scrub JSON data already parsed (a tool's input or result): string values, and whole
-    integers that are PII; keys kept; a value under a key that names an entity (``"dob"``,
-    ``"zip"``) is replaced whole. ``value`` itself when unchanged. Depth is bounded by
-    validation (``MAX_DEPTH``)."""
-    if isinstance(value, str):
-        keyed = run.keyed(key, value) if key is not None else None
-        if keyed is not None:
-            return keyed
-        scrubbed = run.payload(value)
-        return value if scrubbed == value else scrubbed
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        digits = str(value)
-        if key is not None and value >= 0:
-            keyed = run.keyed(key, digits)
-            if keyed is not None:
-                return keyed
-        if value >= 0 and len(digits) >= 7:
-            replaced = run.integer(digits)
-            if replaced is not None:
-                return replaced
-        return value
-    if isinstance(value, Mapping):
-        items = {
-            k: _scrub_json_value(v, run, k if isinstance(k, str) else None)
-            for k, v in value.items()
-        }
-        return value if all(items[k] is v for k, v in value.items()) else items
-    if isinstance(value, list | tuple):
-        values = [_scrub_json_value(v, run, key) for v in value]
-        return value if all(a is b for a, b in zip(values, value, strict=True)) else values
-    return value
-
-
 def _outside_placeholders(
     text: str, found: list[tuple[int, int, int, str]]
 ) -> list[tuple[int, int, int, str]]:
@@ -563,88 +507,3 @@ def _outside_placeholders(
         if i < 0 or spans[i][1] <= item[0]:
             kept.append(item)
     return kept
-
-
-# Characters next to a replaced span that cannot join it to a neighbour: no detector starts
-# a match at one of these (so none looks behind it into the span) or ends one there (so none
-# looks ahead into the span). With both sides loose, the next pass would find nothing new.
-_LOOSE_BEFORE: Final = frozenset(" \t\n\r\f\v([{\"',;")
-_LOOSE_AFTER: Final = frozenset(" \t\n\r\f\v,;:!?)]}\"'")
-
-
-def _glued(text: str, found: list[Detection]) -> bool:
-    """Whether some detection touches a character that could make it part of a neighbour."""
-    size = len(text)
-    before, after = _LOOSE_BEFORE, _LOOSE_AFTER
-    for start, end, _ in found:
-        if (start > 0 and text[start - 1] not in before) or (end < size and text[end] not in after):
-            return True
-    return False
-
-
-class _Run:
-    """One message's worth of scrubbing: the conversation's hasher and known values."""
-
-    __slots__ = ("_chat_key", "_hasher", "_known", "_owner")
-
-    def __init__(
-        self, owner: PIIScrubber, hasher: KeyedHasher, known: KnownValues | None, key: ChatKey
-    ):
-        self._owner, self._hasher, self._known, self._chat_key = owner, hasher, known, key
-
-    def text(self, text: str) -> str:
-        """Scrub plain text. A replacement changes what its neighbours touch ("a@b.co+44 20
-        7946 0958": the phone number is glued to the address), so the result is scanned again
-        until nothing new is found, at most ``_MAX_PASSES`` times: this keeps scrubbing
-        idempotent for all but chains of more than that many glued-together values."""
-        owner, known = self._owner, self._known
-        for _ in range(_MAX_PASSES):
-            found = owner._find(text, known)
-            if not found:
-                break
-            # Masks keep digits ("***-****4111"), which can join what follows: always rescan.
-            again = owner.mode == "mask" or _glued(text, found)
-            text = owner._replace(text, found, self._hasher, self._chat_key)
-            if not again:
-                break  # nothing touched a replaced span: another pass would find nothing new
-        return text
-
-    def payload(self, text: str) -> str:
-        """A JSON document value by value, or plain text when it is not JSON."""
-        scrubbed = scrub_json(text, self.text, self.integer, self.keyed)
-        return self.text(text) if scrubbed is None else scrubbed
-
-    def integer(self, digits: str) -> str | None:
-        """A placeholder for a whole integer that is PII (a card number), else ``None``."""
-        found = self._owner._find(digits, self._known)
-        if len(found) == 1 and found[0].start == 0 and found[0].end == len(digits):
-            return self._owner._replace(digits, found, self._hasher, self._chat_key)
-        return None
-
-    def keyed(self, key: str, value: str) -> str | None:
-        """A placeholder for ``value`` under a JSON ``key`` that names an entity, else None."""
-        owner = self._owner
-        entity = keyed_entity(owner._json_keys, key, value)
-        if entity is None or PLACEHOLDER_RE.fullmatch(value) is not None:
-            return None
-        owner.counts[entity] += 1
-        if owner._observer is not None:
-            owner._observer(entity, value)
-        placeholder = self._hasher.placeholder(entity, value)
-        if owner._vault is not None:
-            owner._vault(self._chat_key, placeholder, value)
-        return placeholder
-
-
-def _scrub_value(value: Any, run: _Run) -> Any:
-    """Scrub every string inside JSON-like ``value`` (keys kept); ``value`` itself if unchanged."""
-    if isinstance(value, str):
-        scrubbed = run.payload(value)
-        return value if scrubbed == value else scrubbed
-    if isinstance(value, Mapping):
-        items = {k: _scrub_value(v, run) for k, v in value.items()}
-        return value if all(items[k] is v for k, v in value.items()) else items
-    if isinstance(value, list | tuple):
-        values = [_scrub_value(v, run) for v in value]
-        return value if all(a is b for a, b in zip(values, value, strict=True)) else values
-    return value

@@ -137,6 +137,24 @@ async def test_passes_puts_the_forwarder_over_a_base_implementation() -> None:
     assert [m.text for m in (await layer.fetch_since(KEY, 0)).messages] == ["hi"]
 
 
+async def test_a_forwarded_method_can_be_patched_on_an_instance_like_a_method() -> None:
+    """Forwarders are non-data descriptors: ``mock.patch.object(layer, name)`` takes their
+    place on that instance only, as it would for a method; a hidden one cannot be patched in."""
+    from unittest import mock
+
+    layer = TransformingChatStorage(InMemoryChatStorage(), lambda m, k: m)
+    other = TransformingChatStorage(InMemoryChatStorage(), lambda m, k: m)
+    with mock.patch.object(layer, "head", mock.AsyncMock(return_value="patched")):
+        assert await layer.head(KEY) == "patched"
+        assert await other.head(KEY) != "patched"
+    assert (await layer.head(KEY)).last_seq == 0  # the forwarder is back
+    probe = make_layer(
+        declared(passes=REST, transforms=(DescribableStorage,), hides=(SearchableStorage,))
+    )(InMemoryChatStorage())
+    with pytest.raises(AttributeError):
+        probe.search = mock.AsyncMock()  # type: ignore[method-assign]
+
+
 def test_isinstance_follows_the_stack_rule() -> None:
     class Bare:  # a store with no optional ability
         async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:

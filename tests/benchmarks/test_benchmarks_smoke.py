@@ -35,3 +35,25 @@ def test_quick_benchmark_writes_report_and_plot(tmp_path: Path) -> None:
     ):
         assert row in text, row
     assert list(tmp_path.glob("*.png"))
+
+
+def test_scrub_cost_benchmark_reports_the_ratio_to_the_floor() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scrub_cost", "--quick"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for row in (
+        "**shipped messages**",
+        "**agent messages**",
+        "| floor: sqlite3 + json.loads |",
+        "| scrub::sqlite |",
+        "| PIIScrubber alone (no store) |",
+        "scrub::sqlite / floor:",
+    ):
+        assert row in done.stdout, row

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import summarizers.tokens
+import storage.tokens
 from storage.cli.replay import token_counter
 from storage.errors import ConfigError
 from storage.message import ChatMessage
@@ -22,6 +22,6 @@ def testtoken_counter_absent_when_encodings_missing(
     def missing(*args: object, **kwargs: object) -> int:
         raise ConfigError("no encoding file for o200k_base: pip install 'chatlayers[llm]'")
 
-    monkeypatch.setattr(summarizers.tokens, "count_tokens", missing)
+    monkeypatch.setattr(storage.tokens, "count_tokens", missing)
     assert token_counter("gpt-4o") is None
     assert "chatlayers[llm]" in caplog.text

@@ -99,3 +99,73 @@ async def test_a_huge_message_is_transformed_off_the_event_loop_thread() -> None
     assert threads[0] == loop_thread
     assert threads[1] != loop_thread  # the scrubber of a 5 kB message does not stall the loop
     assert [len(m.text) for m in await layer.fetch(key)] == [5, 5_000]
+
+
+class Batched:
+    """A transform with ``transform_batch``: records each call and the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int]] = []  # (batch size, thread)
+        self.singles = 0
+
+    def __call__(self, message: ChatMessage, key: ChatKey) -> ChatMessage | None:
+        self.singles += 1
+        return upper(message, key)
+
+    def transform_batch(
+        self, messages: list[ChatMessage], key: ChatKey
+    ) -> list[ChatMessage | None]:
+        import threading
+
+        self.batches.append((len(messages), threading.get_ident()))
+        return [upper(message, key) for message in messages]
+
+
+async def test_a_batch_transform_gets_each_batch_in_one_call() -> None:
+    import threading
+
+    transform = Batched()
+    layer = TransformingChatStorage(InMemoryChatStorage(), transform, thread_chars=1_000)
+    batch = [ChatMessage("user", "a"), ChatMessage("user", "drop me"), ChatMessage("user", "b")]
+    stored = await layer.save_messages(KEY, batch)
+    assert [m.text for m in stored] == ["A", "B"]  # the dropped one is absent, order kept
+    await layer.save(KEY, ChatMessage("user", "c"))
+    await layer.save_messages(KEY, [ChatMessage("user", "x" * 600) for _ in range(2)])
+    assert transform.singles == 0
+    loop = threading.get_ident()
+    assert [(n, thread == loop) for n, thread in transform.batches] == [
+        (3, True),
+        (1, True),
+        (2, False),  # 1,200 characters in the batch: off the event loop
+    ]
+    assert [m.text for m in await layer.fetch(KEY)][:3] == ["A", "B", "C"]
+    with pytest.raises(RuntimeError, match="transform failed"):
+        await layer.save_messages(KEY, [ChatMessage("user", "d"), ChatMessage("user", "explode")])
+    assert len(await layer.fetch(KEY)) == 5  # nothing of the failed batch was stored
+
+
+async def test_a_batch_transform_must_answer_every_message() -> None:
+    class Short(Batched):
+        def transform_batch(
+            self, messages: list[ChatMessage], key: ChatKey
+        ) -> list[ChatMessage | None]:
+            return super().transform_batch(messages, key)[:-1]
+
+    layer = TransformingChatStorage(InMemoryChatStorage(), Short())
+    with pytest.raises(InvalidMessageError, match="1 results for 2 messages"):
+        await layer.save_messages(KEY, [ChatMessage("user", "a"), ChatMessage("user", "b")])
+    assert await layer.fetch(KEY) == []
+
+
+async def test_the_scrubber_scrubs_a_batch_as_it_scrubs_each_message() -> None:
+    from storage.pii import PIIScrubber
+
+    texts = ["mail a@b.co", "flight on 2024-05-24", "mail a@b.co", "call +1 415 555 0147"]
+    batch = [ChatMessage("user", t) for t in texts]
+    one_by_one = PIIScrubber(secret="s")
+    expected = [one_by_one(m, KEY) for m in batch]
+    scrubber = PIIScrubber(secret="s")
+    layer = TransformingChatStorage(InMemoryChatStorage(), scrubber)
+    stored = await layer.save_messages(KEY, batch)
+    assert [m.content for m in stored] == [m.content for m in expected]
+    assert scrubber.counts == one_by_one.counts  # a repeated value is counted each time

@@ -205,8 +205,8 @@ def test_without_litellm_the_error_names_the_extra() -> None:
         import importlib.util
         real = importlib.util.find_spec
         importlib.util.find_spec = lambda name, *a: None if name == "litellm" else real(name, *a)
-        import summarizers.tokens
-        summarizers.tokens._VENDORED_DIR = summarizers.tokens.Path("/nonexistent")
+        import storage.tokens
+        storage.tokens._VENDORED_DIR = storage.tokens.Path("/nonexistent")
         from summarizers import count_tokens
         from storage.errors import ConfigError
         from storage.message import ChatMessage
@@ -266,7 +266,7 @@ def test_message_tokens_sum_to_count_tokens() -> None:
 
 
 def test_token_counter_counts_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from summarizers import tokens
+    import storage.tokens as tokens
 
     counter = tokens.TokenCounter("gpt-4o")
     messages = _sample()

@@ -221,7 +221,9 @@ class StoreKeyring:
         await self._check_exists()
         _, current = await self._current(user_id)
         if current is None:
-            await self.store.delete(self._key(user_id))  # a half-written entry, if any
+            # Nothing to destroy. Never delete here: another worker's first key for the user
+            # may land between the read and a delete, and would go without an erasure record
+            # (its data would read as lost, not erased).
             return None
         # The erasure record first: from then on the key reads as erased, never as lost.
         record = ChatMessage("assistant", "{}", id=_ERASED)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 
 from storage.errors import SummarizerError
 from storage.layers.summarizing.projection import check_result
 from storage.message import ChatMessage
-
-if TYPE_CHECKING:
-    from summarizers.types import ChatSummarizer
+from storage.summarizer import ChatSummarizer
 
 __all__ = ["describe_summarizer", "run_summarizer"]
 

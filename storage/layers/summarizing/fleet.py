@@ -8,7 +8,6 @@ Everything here works through the ``CheckpointStorage`` ability of the layer's i
   call);
 - :func:`read_back` brings a cached view up to date: the raw messages saved since (through
   any instance), or a rebuild when the record's epoch or the checkpoint's version changed;
-- :func:`install` replaces the summary part of a view by a checkpoint this instance stored;
 - :func:`lease` holds the key's summarizing lease (``acquire_lease``/``release_lease``)
   around a summarizer call, so only one worker of a fleet makes each summary, and the new
   checkpoint is written with compare-and-set on its version.
@@ -23,19 +22,17 @@ from typing import Any
 
 import anyio
 
-from storage.abilities import CheckpointStorage, SummaryCheckpoint, Tail
-from storage.layers.summarizing.cutting import view_form
-from storage.layers.summarizing.hold import read_hold
+from storage.abilities import CheckpointStorage, SummaryCheckpoint
 from storage.layers.summarizing.projection import damaged_start
-from storage.layers.summarizing.state import KeyState
+from storage.layers.summarizing.state import StoreState
 from storage.message import ChatKey, ChatMessage
 
-__all__ = ["install", "lease", "load", "new_checkpoint", "read_back"]
+__all__ = ["lease", "load", "new_checkpoint", "read_back"]
 
 _LOAD_ATTEMPTS = 3
 
 
-async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
+async def load(store: CheckpointStorage, key: ChatKey, state: StoreState) -> None:
     """Build ``state``'s view from the store: checkpoint + raw messages after it.
 
     The two reads are checked against each other (the tail's head names the checkpoint
@@ -58,23 +55,14 @@ async def load(store: CheckpointStorage, key: ChatKey, state: KeyState) -> None:
         checkpoint = None  # made under a record that no longer exists
         tail = await store.fetch_since(key, 0)
         head = tail.head
-    state.checkpoint = checkpoint
-    stored = checkpoint.messages if checkpoint else ()
     messages, seqs = list(tail.messages), list(tail.seqs)
     if checkpoint is None:  # a record a purge cut mid-turn: its orphaned start left out
         lead, start = damaged_start(messages)
         del messages[lead:start], seqs[lead:start]
-    state.set_view(view_form(stored), messages, seqs)
-    state.hold = read_hold(stored, state.unit)
-    # The head's version (not the one read) is what later heads are compared with, so a
-    # store reporting a version it does not serve cannot make every fetch rebuild.
-    state.cp_version = head.checkpoint_version
-    state.head = head
-    state.synced_seq = head.last_seq
-    state.generation += 1
+    state.rebuild(checkpoint, messages, seqs, head)
 
 
-async def read_back(store: CheckpointStorage, key: ChatKey, state: KeyState) -> bool:
+async def read_back(store: CheckpointStorage, key: ChatKey, state: StoreState) -> bool:
     """Bring a cached view up to date with the store (call with ``state.sync_lock`` held).
 
     Returns:
@@ -87,52 +75,11 @@ async def read_back(store: CheckpointStorage, key: ChatKey, state: KeyState) -> 
     if (
         current is None
         or head.epoch != current.epoch
-        or head.checkpoint_version != state.cp_version
+        or head.checkpoint_version != current.checkpoint_version
     ):
         await load(store, key, state)
         return True
-    grew = _splice(state, tail)
-    state.head = head
-    state.synced_seq = max(state.synced_seq, head.last_seq)
-    state.generation += 1
-    return grew
-
-
-def _splice(state: KeyState, tail: Tail) -> bool:
-    """Put the messages read after ``synced_seq`` in place of the unread end of the view."""
-    assert state.view is not None
-    if not tail.messages:
-        return False
-    start = state.n_summary
-    sequenced = start + state.sequenced_len()
-    unread = state.view[sequenced:]  # saved here, sequence not known yet
-    fresh = {m.id for m in tail.messages}
-    known = {m.id for m in unread}
-    later = [m for m in unread if m.id not in fresh]  # committed after the read's snapshot
-    if state.measure is not None:  # only the replaced end is measured, never the whole view
-        removed = state.size_of(state.view[sequenced:])
-        state.tokens += state.size_of(tail.messages) + state.size_of(later) - removed
-    state.view[sequenced:] = [*tail.messages, *later]
-    state.seqs[sequenced - start :] = [*tail.seqs, *([None] * len(later))]
-    return any(m.id not in known for m in tail.messages)
-
-
-def install(state: KeyState, stored: SummaryCheckpoint) -> None:
-    """Start the view with ``stored`` (a checkpoint this instance just wrote): the summary,
-    then every tail message after ``covers_to`` (messages saved meanwhile included)."""
-    assert state.view is not None
-    assert state.head is not None
-    tail = state.view[state.n_summary :]
-    keep = [
-        (message, seq)
-        for message, seq in zip(tail, state.seqs, strict=True)
-        if seq is None or seq > stored.covers_to
-    ]
-    state.checkpoint = stored
-    state.set_view(view_form(stored.messages), [m for m, _ in keep], [s for _, s in keep])
-    state.hold = read_hold(stored.messages, state.unit)
-    state.cp_version = stored.version
-    state.head = type(state.head)(state.head.last_seq, state.head.epoch, stored.version)
+    return state.catch_up(tail)
 
 
 def new_checkpoint(

@@ -1,6 +1,6 @@
 """When a summary is due (the budget), and what a summarizer failure does (``on_error``).
 
-The budget counts messages (``trigger_at * 2``, the seed's contract: the messages after the
+The budget counts messages (``trigger_at * 2``, agent-squad's contract: the messages after the
 view's leading system/developer message, so the pinned prompt and the summary merged into it
 never count as turns) or tokens (``trigger_tokens``, everything the model gets, counted per
 message once and kept as a running total). A view is due when
@@ -22,7 +22,7 @@ so a restarted worker and every other instance over the same store take the same
 (the same view, no extra summarizer call). A hold set without storing a checkpoint (the
 summarizer kept everything) stays in this process.
 
-``on_error="raise"`` (the seed's contract): the error propagates from the ``save`` or
+``on_error="raise"`` (agent-squad's contract): the error propagates from the ``save`` or
 ``fetch`` that triggered the call, and the next trigger retries at once.
 ``on_error="fallback"``: ``save`` and ``fetch`` never fail because of the summarizer; the
 failure is counted, logged once per key (until a summary succeeds again), and retried with
@@ -35,19 +35,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import attrs
 
 from storage.layers.summarizing.hold import Hold
+from storage.layers.summarizing.options import OnError, SummarizingOptions
 from storage.layers.summarizing.state import KeyState
 from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage
+from storage.tokens import TokenCounter
 
 __all__ = ["OnError", "Policy"]
 
 log = logging.getLogger("storage.layers.summarizing")
-
-OnError = Literal["raise", "fallback"]
 
 LEADING_ROLES = INSTRUCTION_ROLES
 """A view's leading message of these roles (the pinned prompt, alone or with the summary
@@ -67,6 +66,7 @@ class Policy:
         retry_max: largest retry delay in seconds (``fallback``).
         trigger_tokens: token budget: a view of more tokens is due (``None``: messages).
         keep_tokens: tokens a compaction keeps verbatim at the end (token budget).
+        counter: token budget: the per-message counts for the options' ``model``.
     """
 
     threshold: int | None
@@ -76,6 +76,53 @@ class Policy:
     retry_max: float
     trigger_tokens: int | None = None
     keep_tokens: int | None = None
+    counter: TokenCounter | None = None
+
+    @classmethod
+    def of(cls, options: SummarizingOptions) -> Policy:
+        """The policy of ``options`` (a token budget loads its model's tokenizer).
+
+        Raises:
+            ConfigError: the tokenizer's encoding is not available offline.
+        """
+        tokens = options.trigger_tokens
+        return cls(
+            options.threshold,
+            options.on_error,
+            options.clock,
+            options.retry_backoff,
+            options.retry_max,
+            tokens,
+            options.keep_tokens,
+            TokenCounter(options.model) if tokens is not None else None,
+        )
+
+    def message_size(self) -> Callable[[ChatMessage], int] | None:
+        """The size of one message in tokens, counted once per message (``None``: the budget
+        counts messages). A changed copy keeping a raw message's id (a trimmed tool result,
+        a header merging a summary into the pinned prompt) is counted as its own text."""
+        counter = self.counter
+        if counter is None:
+            return None
+
+        def measure(message: ChatMessage) -> int:
+            marker = message.metadata.get("chatlayers")
+            if marker and marker.get("trimmed_chars"):  # a trimmed copy keeps its id
+                return counter.count(message, f"{message.id}\x00trimmed")
+            if marker and marker.get("summary"):  # a header keeps the prompt's id
+                return counter.count(message, f"{message.id}\x00{hash(message.text)}")
+            return counter.count(message)
+
+        return measure
+
+    def over(self, messages: Sequence[ChatMessage]) -> bool:
+        """``messages`` (a cold key's raw history) are over the budget: pairs count the
+        messages after the leading prompt, tokens everything."""
+        counter = self.counter
+        if counter is None:
+            lead = 1 if messages and messages[0].role in LEADING_ROLES else 0
+            return len(messages) - lead > self.trigger
+        return counter.total(messages) > self.trigger
 
     @property
     def fallback(self) -> bool:

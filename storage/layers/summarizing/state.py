@@ -1,49 +1,50 @@
 """Per-key state of the summarizing layer: the cached view of one key, in a bounded LRU map.
 
-A key's view is ``summary messages + tail``: the summary (a checkpoint's messages, or in
-``summaries="memory"`` mode the summarizer's output before the kept turns) followed by the raw
-messages after it, oldest first. The view is only a cache: with ``summaries="store"`` the
-store holds the checkpoint and the raw record it is derived from. Between compactions the view
-only grows at its end.
+A key's view is ``summary part + tail``: the summary part is what a checkpoint holds (the
+pinned prompt and carried copies marked verbatim, the summary messages; ``stored``) as the
+view shows it (:func:`~storage.layers.summarizing.cutting.view_form`: one leading message),
+followed by the raw messages after it, oldest first. The view is only a cache: with
+``summaries="store"`` the store holds the checkpoint and the raw record it is derived from.
+Between compactions the view only grows at its end.
+
+State that must agree is set together, by one method each: :meth:`KeyState.show` (the
+stored summary part, the view, its size and its hold), :meth:`StoreState.rebuild` and
+:meth:`StoreState.install` (those plus the checkpoint and the head it was read under),
+:meth:`StoreState.catch_up` (the raw messages read since, the head, what is synced, the
+generation). A store-mode view's checkpoint version is its head's, never a copy beside it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
 
 import anyio
 
-from storage.abilities import Head, SummaryCheckpoint
-from storage.layers.summarizing.hold import Hold, Unit
+from storage.abilities import Head, SummaryCheckpoint, Tail
+from storage.layers.summarizing.cutting import view_form
+from storage.layers.summarizing.hold import Hold, Unit, read_hold
 from storage.message import ChatKey, ChatMessage
 
-__all__ = ["KeyState", "KeyStates"]
+__all__ = ["KeyState", "KeyStates", "MemoryState", "StoreState"]
+
+Measure = Callable[[ChatMessage], int]
 
 
 class KeyState:
-    """The cached view of one key and its bookkeeping.
+    """The cached view of one key and the bookkeeping both modes share.
 
     Attributes:
-        view: summary messages then the raw tail, oldest first; ``None`` while the key is cold.
-        n_summary: how many leading messages of ``view`` are the summary (0: none).
-        seqs: store mode only: the store sequence of each tail message (``view[n_summary:]``),
-            ``None`` for a message saved through this instance and not read back yet (always
-            at the end).
-        checkpoint: store mode: the checkpoint the view starts with (``None``: none).
-        stored_head: memory mode: what a checkpoint would hold for the view's summary part
-            (the pinned prompt marked verbatim, the summary messages); the view shows it
-            through :func:`~storage.layers.summarizing.cutting.view_form`.
-        cp_version: version of that checkpoint as the store's head reports it (0: none).
-        head: store mode: the key's head when the view was last read back.
-        synced_seq: store mode: every raw message with ``seq <= synced_seq`` is in the view or
-            covered by its checkpoint.
+        view: summary part then the raw tail, oldest first; ``None`` while the key is cold.
+        n_summary: how many leading messages of ``view`` are the summary part (0: none).
+        seqs: the store sequence of each tail message (``view[n_summary:]``), ``None`` for a
+            message saved through this instance and not read back yet (always at the end;
+            always ``None`` in memory mode).
+        stored: the summary part in its stored form (what a checkpoint holds, hold included).
         generation: bumped whenever the view is read back or rebuilt from the store.
         lock: single flight: held while a summary is made (a summarizer call at a time).
-        sync_lock: held while the view is read back from the store (never across a summarizer
-            call, so fetches never wait for a model).
         summarizing: a summarizer call for this key is running.
-        pending: memory mode: messages stored while a summarizer call runs.
         failures: summarizer failures in a row (reset by a success).
         retry_at: ``on_error="fallback"``: the clock time before which no retry is made.
         measure: the size of one message in the layer's budget unit (tokens; ``None``: the
@@ -52,60 +53,41 @@ class KeyState:
             messages' counts, only a rebuilt view is summed again (from cached counts).
         hold: a compaction that could not bring the view under the trigger sets this: no new
             attempt until the view's size reaches ``hold.size`` or a new turn starts in its
-            tail (:mod:`.hold`); store mode reads it from the checkpoint, so every instance
-            holds alike. ``None``: not held.
-        compactions: times the view's head was replaced (memory mode's view version).
+            tail (:mod:`.hold`); read from the stored summary part, so every instance holds
+            alike. ``None``: not held.
         scheduled: background mode: a summary task for this key is queued or running.
-        recheck_at: ``coherence="process"``: the layer's clock time from which the next
-            fetch reads the key's head again.
     """
 
     __slots__ = (
-        "checkpoint",
-        "compactions",
-        "cp_version",
         "failures",
         "generation",
-        "head",
         "hold",
         "lock",
         "measure",
         "n_summary",
-        "pending",
-        "recheck_at",
         "retry_at",
         "scheduled",
         "seqs",
-        "stored_head",
+        "stored",
         "summarizing",
-        "sync_lock",
-        "synced_seq",
         "tokens",
         "view",
     )
 
-    def __init__(self, measure: Callable[[ChatMessage], int] | None = None) -> None:
+    def __init__(self, measure: Measure | None = None) -> None:
         self.view: list[ChatMessage] | None = None
         self.n_summary = 0
         self.seqs: list[int | None] = []
-        self.checkpoint: SummaryCheckpoint | None = None
-        self.stored_head: tuple[ChatMessage, ...] = ()
-        self.cp_version = 0
-        self.head: Head | None = None
-        self.synced_seq = 0
+        self.stored: tuple[ChatMessage, ...] = ()
         self.generation = 0
         self.lock = anyio.Lock()
-        self.sync_lock = anyio.Lock()
         self.summarizing = False
-        self.pending: list[ChatMessage] = []
         self.failures = 0
         self.retry_at: float | None = None
         self.measure = measure
         self.tokens = 0
         self.hold: Hold | None = None
-        self.compactions = 0
         self.scheduled = False
-        self.recheck_at = 0.0
 
     @property
     def unit(self) -> Unit:
@@ -125,21 +107,26 @@ class KeyState:
         return len(messages) if measure is None else sum(map(measure, messages))
 
     def in_use(self) -> bool:
-        """True while a task works on this state (a summary, a read-back)."""
-        return self.summarizing or self.lock.locked() or self.sync_lock.locked()
+        """True while a task works on this state (a summary)."""
+        return self.summarizing or self.lock.locked()
 
-    def set_view(
+    def show(
         self,
-        summary: Sequence[ChatMessage],
+        stored: Sequence[ChatMessage],
         tail: Sequence[ChatMessage],
         seqs: Sequence[int | None] = (),
     ) -> None:
-        """Replace the view by ``summary + tail`` (``seqs``: the tail's sequences, store mode)."""
+        """Make the view ``stored`` (a summary part in its stored form; empty: none) as the
+        view shows it, then ``tail`` (``seqs``: the tail's sequences, store mode). Sets the
+        stored form, the view, its summary length, sequences, size and hold together."""
+        summary = view_form(stored) if stored else []
+        self.stored = tuple(stored)
         self.view = [*summary, *tail]
         self.n_summary = len(summary)
         self.seqs = list(seqs)
         if self.measure is not None:
             self.tokens = sum(map(self.measure, self.view))
+        self.hold = read_hold(stored, self.unit)
 
     def append(self, messages: Sequence[ChatMessage], *, dedupe: bool) -> None:
         """Add messages just stored through this instance at the end of the view.
@@ -165,22 +152,143 @@ class KeyState:
         return n
 
 
-class KeyStates:
-    """``ChatKey -> KeyState``, least recently used first, never more than ``max_entries``.
+class StoreState(KeyState):
+    """A store-mode key (``summaries="store"``): the view is ``checkpoint + raw tail`` as of
+    ``head``.
+
+    Attributes:
+        checkpoint: the checkpoint the view starts with (``None``: none); ``stored`` is its
+            messages.
+        head: the key's head when the view was last read back (``None``: cold).
+        synced_seq: every raw message with ``seq <= synced_seq`` is in the view or covered by
+            its checkpoint.
+        sync_lock: held while the view is read back from the store (never across a summarizer
+            call, so fetches never wait for a model).
+        recheck_at: ``coherence="process"``: the layer's clock time from which the next fetch
+            reads the key's head again.
+    """
+
+    __slots__ = ("checkpoint", "head", "recheck_at", "sync_lock", "synced_seq")
+
+    def __init__(self, measure: Measure | None = None) -> None:
+        super().__init__(measure)
+        self.checkpoint: SummaryCheckpoint | None = None
+        self.head: Head | None = None
+        self.synced_seq = 0
+        self.sync_lock = anyio.Lock()
+        self.recheck_at = 0.0
+
+    @property
+    def cp_version(self) -> int:
+        """The version of the view's checkpoint, as the store's head reports it (0: none)."""
+        head = self.head
+        return head.checkpoint_version if head is not None else 0
+
+    def in_use(self) -> bool:
+        """True while a task works on this state (a summary, a read-back)."""
+        return self.summarizing or self.lock.locked() or self.sync_lock.locked()
+
+    def rebuild(
+        self,
+        checkpoint: SummaryCheckpoint | None,
+        tail: Sequence[ChatMessage],
+        seqs: Sequence[int],
+        head: Head,
+    ) -> None:
+        """The view built from the store: ``checkpoint`` and the raw ``tail`` after it, as
+        read under ``head`` (whose checkpoint version, not the one read, is what later heads
+        are compared with: a store reporting a version it does not serve cannot make every
+        fetch rebuild)."""
+        self.checkpoint = checkpoint
+        self.show(checkpoint.messages if checkpoint is not None else (), tail, seqs)
+        self.head = head
+        self.synced_seq = head.last_seq
+        self.generation += 1
+
+    def install(self, checkpoint: SummaryCheckpoint) -> None:
+        """Start the view with ``checkpoint`` (one this instance just stored): its summary
+        part, then every tail message after its ``covers_to`` (messages saved meanwhile
+        included)."""
+        assert self.view is not None
+        assert self.head is not None
+        tail = self.view[self.n_summary :]
+        keep = [
+            (message, seq)
+            for message, seq in zip(tail, self.seqs, strict=True)
+            if seq is None or seq > checkpoint.covers_to
+        ]
+        self.checkpoint = checkpoint
+        self.show(checkpoint.messages, [m for m, _ in keep], [s for _, s in keep])
+        self.head = Head(self.head.last_seq, self.head.epoch, checkpoint.version)
+
+    def catch_up(self, tail: Tail) -> bool:
+        """Put the raw messages read after ``synced_seq`` (``tail``, under the same epoch and
+        checkpoint) in place of the unread end of the view, and move to ``tail.head``.
+
+        Returns:
+            True when the view gained messages it did not hold (saved through another
+            instance or process).
+        """
+        view = self.view
+        assert view is not None
+        grew = False
+        if tail.messages:
+            start = self.n_summary
+            sequenced = start + self.sequenced_len()
+            unread = view[sequenced:]  # saved here, sequence not known yet
+            fresh = {m.id for m in tail.messages}
+            known = {m.id for m in unread}
+            later = [m for m in unread if m.id not in fresh]  # committed after the read
+            if self.measure is not None:  # only the replaced end is measured
+                removed = self.size_of(unread)
+                self.tokens += self.size_of(tail.messages) + self.size_of(later) - removed
+            view[sequenced:] = [*tail.messages, *later]
+            self.seqs[sequenced - start :] = [*tail.seqs, *([None] * len(later))]
+            grew = any(m.id not in known for m in tail.messages)
+        self.head = tail.head
+        self.synced_seq = max(self.synced_seq, tail.head.last_seq)
+        self.generation += 1
+        return grew
+
+
+class MemoryState(KeyState):
+    """A memory-mode key (``summaries="memory"``): the summary part lives in this process.
+
+    Attributes:
+        pending: messages stored while a summarizer call runs (kept after its result).
+        compactions: the number this layer gave the view's last compaction (the view
+            version; 0: the raw history, not summarized).
+    """
+
+    __slots__ = ("compactions", "pending")
+
+    def __init__(self, measure: Measure | None = None) -> None:
+        super().__init__(measure)
+        self.pending: list[ChatMessage] = []
+        self.compactions = 0
+
+
+S = TypeVar("S", bound=KeyState)
+
+
+class KeyStates(Generic[S]):
+    """``ChatKey -> state``, least recently used first, never more than ``max_entries``.
 
     The bound holds whatever happens, also while summaries keep failing: idle states are
     evicted first; when every state is in use the least recently used goes anyway (its task
     finishes on a detached state, and the key is cold afterwards).
+
+    Args:
+        max_entries: the bound.
+        factory: makes the cold state of a new key.
     """
 
-    __slots__ = ("_map", "bump", "max_entries", "measure", "peek")
+    __slots__ = ("_factory", "_map", "bump", "max_entries", "peek")
 
-    def __init__(
-        self, max_entries: int, measure: Callable[[ChatMessage], int] | None = None
-    ) -> None:
+    def __init__(self, max_entries: int, factory: Callable[[], S]) -> None:
         self.max_entries = max_entries
-        self.measure = measure
-        self._map: OrderedDict[ChatKey, KeyState] = OrderedDict()
+        self._factory = factory
+        self._map: OrderedDict[ChatKey, S] = OrderedDict()
         # The fetch path's two calls, bound once (C methods: no Python frame per fetch).
         self.peek = self._map.get
         """``peek(key)``: the state of ``key`` or ``None``, not marked used."""
@@ -196,7 +304,7 @@ class KeyStates:
     def __iter__(self) -> Iterator[ChatKey]:
         return iter(list(self._map))
 
-    def get(self, key: ChatKey) -> KeyState | None:
+    def get(self, key: ChatKey) -> S | None:
         return self._map.get(key)
 
     def touch(self, key: ChatKey) -> None:
@@ -204,11 +312,11 @@ class KeyStates:
         if key in self._map:
             self._map.move_to_end(key)
 
-    def create(self, key: ChatKey) -> KeyState:
+    def create(self, key: ChatKey) -> S:
         """The state of ``key`` (a new cold one when it has none), marked most recently used."""
         state = self._map.get(key)
         if state is None:
-            state = self._map[key] = KeyState(self.measure)
+            state = self._map[key] = self._factory()
             self._evict()
         else:
             self._map.move_to_end(key)

@@ -192,3 +192,28 @@ async def test_processes_creating_the_keyring_and_a_users_key_at_once_agree(
     )
     assert len(await layer.keyring.entries()) == 1  # one data key, agreed by every process
     await layer.aclose()
+
+
+async def test_an_erasure_finding_no_key_never_removes_one_another_worker_adds_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Worker A erases a user who has no key yet; worker B's first key for the user lands
+    between A's read and the end of its erasure: B's key stays (without an erasure record
+    its data would read as lost, not erased)."""
+    from storage.stores.jsonl import JsonlChatStorage
+
+    url = f"jsonl://{tmp_path / 'ring'}"
+    b_ring = StoreKeyring(JsonlChatStorage(tmp_path / "ring"), url)
+    await b_ring.create()
+    entry = WrappedKey("ada", "k" * 16, "m" * 16, b"wrapped")
+
+    class Racing(StoreKeyring):
+        async def _current(self, user_id: str) -> tuple[str, WrappedKey | None]:
+            found = await super()._current(user_id)
+            await b_ring.add(entry)  # B's first key lands right after A looked
+            return found
+
+    a_ring = Racing(JsonlChatStorage(tmp_path / "ring"), url)
+    assert await a_ring.destroy("ada") is None  # nothing was there to destroy
+    assert await b_ring.get("ada") == entry
+    assert not await b_ring.erased(entry.key_id)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import storage.tokens
 import summarizers.tokens
 from storage import open_storage
 from storage.errors import ConfigError
@@ -187,13 +188,13 @@ async def test_tokens_are_counted_once_per_message_never_the_whole_buffer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counted: list[str] = []
-    real = summarizers.tokens._message_tokens
+    real = storage.tokens._message_tokens
 
     def spy(message: ChatMessage, encode: Any) -> int:
         counted.append(message.id)
         return real(message, encode)
 
-    monkeypatch.setattr(summarizers.tokens, "_message_tokens", spy)
+    monkeypatch.setattr(storage.tokens, "_message_tokens", spy)
     layer = SummarizingChatStorage(InMemoryChatStorage(), Counting(), trigger_tokens=100_000)
     saved: list[ChatMessage] = []
     for n in range(60):

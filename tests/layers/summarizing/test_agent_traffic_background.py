@@ -90,6 +90,9 @@ async def test_using_a_background_layer_without_entering_it_is_a_clear_error() -
         await layer.save(KEY, ChatMessage("user", "hi"))
     with pytest.raises(ConfigError, match="async with layer"):
         await layer.fetch(KEY)
+    head = await base.head(KEY)
+    with pytest.raises(ConfigError, match="async with layer"):
+        await layer.save_messages_if(KEY, pairs(1), expected_version=head.version)
     assert await base.fetch(KEY) == []  # refused before anything was written
     async with layer:
         with pytest.raises(ConfigError, match="already open"):

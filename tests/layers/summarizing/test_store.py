@@ -444,6 +444,33 @@ async def test_replace_drops_the_view_and_the_checkpoint() -> None:
     assert await store.load_checkpoint(KEY) is None
 
 
+class VersionedReplace(InMemoryChatStorage):
+    """A store whose ``replace`` takes ``expected_version`` (recorded, then ignored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.versions: list[str | None] = []
+
+    async def replace(
+        self, key: ChatKey, messages: Any, *, expected_version: str | None = None
+    ) -> list[ChatMessage]:
+        self.versions.append(expected_version)
+        return await super().replace(key, messages)
+
+
+async def test_replace_passes_expected_version_to_the_stack_below() -> None:
+    store = VersionedReplace()
+    layer = layer_over(store, FakeSummarizer())
+    await layer.save_messages(KEY, pairs(3))
+    await layer.fetch(KEY)
+    version = (await store.head(KEY)).version
+    replaced = await layer.replace(KEY, pairs(1, start=7), expected_version=version)
+    await layer.replace(KEY, pairs(1, start=8))
+    assert store.versions == [version, None]  # not given: not passed (older stores)
+    assert [m.text for m in replaced] == ["q7", "a7"]
+    assert [m.text for m in await layer.fetch(KEY)] == ["q8", "a8"]  # the view was dropped
+
+
 async def test_save_messages_if_detects_a_stale_writer() -> None:
     store = InMemoryChatStorage()
     layer = layer_over(store, FakeSummarizer(), trigger_at=10)

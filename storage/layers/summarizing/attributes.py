@@ -1,0 +1,53 @@
+"""Attributes of the summarizing layer that belong to one of its parts.
+
+``layer.trigger_at`` is its options' (read-only: the options are validated once, frozen),
+``layer.summaries_made`` its views' counter; :class:`Delegated` and :class:`Settable` make
+each such attribute from the name of the part that holds it, typed, so the layer repeats no
+property per option.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Never, NoReturn, Self, TypeVar, overload
+
+__all__ = ["Delegated", "Settable"]
+
+T = TypeVar("T")
+
+
+class Delegated(Generic[T]):
+    """A read-only attribute: the attribute of the same name of the owner's part ``part``
+    (an attribute name of the owner). Assigning to it is an error (for type checkers too).
+
+    Args:
+        part: where the value lives (``"_options"``).
+    """
+
+    def __init__(self, part: str) -> None:
+        self._part = part
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+    def __get__(self, instance: object | None, owner: type) -> Self | T:
+        if instance is None:
+            return self
+        value: T = getattr(getattr(instance, self._part), self._name)
+        return value
+
+    def __set__(self, instance: object, value: Never) -> NoReturn:
+        raise AttributeError(f"{self._name} is read-only (an option of the layer)")
+
+
+class Settable(Delegated[T]):
+    """Like :class:`Delegated`, and assignments write through to the part (counters a
+    caller may reset)."""
+
+    def __set__(self, instance: object, value: T) -> None:  # type: ignore[override]
+        part: Any = getattr(instance, self._part)
+        setattr(part, self._name, value)

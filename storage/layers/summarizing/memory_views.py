@@ -1,0 +1,241 @@
+"""Memory mode (``summaries="memory"``, agent-squad's behaviour): a key's summary kept in this
+process, viewed like a checkpoint.
+
+The first fetch whose raw history is over the budget calls the summarizer (a concurrent fetch
+waits for it and gets the same view; a failure leaves the key cold, and the next qualifying
+fetch tries again); saves then append to the cached view, and the next summary is made when
+it is over the budget again. Saves landing while a summarizer call runs are kept after its
+result (``pending``). Views do not see other instances' saves.
+
+The summary part of a memory-mode view is held in its stored form (``KeyState.stored``: the
+pinned prompt marked verbatim, then the summary messages, what a checkpoint would hold) and
+shown through the same projection as a stored checkpoint
+(:func:`~storage.layers.summarizing.cutting.view_form`: one leading message), so both modes
+serve the same shape; the next summarizer round reads the stored form back
+(:func:`source`), never the merged header.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import attrs
+
+from storage.errors import InvalidArgumentError, SummarizerError
+from storage.layers.summarizing.background import BackgroundRunner
+from storage.layers.summarizing.base_views import BaseViews
+from storage.layers.summarizing.calling import run_summarizer
+from storage.layers.summarizing.cutting import PINNED_ROLES, mark_verbatim, source_form
+from storage.layers.summarizing.options import Summaries, SummarizingOptions
+from storage.layers.summarizing.policy import Policy
+from storage.layers.summarizing.projection import leading_summaries, serve, start_right
+from storage.layers.summarizing.state import KeyStates, MemoryState
+from storage.message import ChatKey, ChatMessage
+from storage.protocol import ChatStorage
+from storage.summarizer import ChatSummarizer
+
+__all__ = ["MemoryViews", "install", "pinned_of", "source"]
+
+
+def pinned_of(source: Sequence[ChatMessage]) -> ChatMessage | None:
+    """The leading system/developer prompt of a summarizer source (``None``: none)."""
+    first = source[0] if source else None
+    if first is not None and first.role in PINNED_ROLES and not first.is_summary:
+        return first
+    return None
+
+
+def source(state: MemoryState) -> list[ChatMessage]:
+    """What the next summarizer round of a cached memory-mode view reads: the pinned prompt,
+    the prior summary, then the raw messages after it."""
+    assert state.view is not None
+    return [*source_form(state.stored), *state.view[state.n_summary :]]
+
+
+def install(
+    state: MemoryState,
+    pinned: ChatMessage | None,
+    result: Sequence[ChatMessage],
+    late: Sequence[ChatMessage] = (),
+) -> None:
+    """Make ``state``'s view from a summarizer ``result`` (summary messages, then the raw
+    messages it kept) after the ``pinned`` prompt, with ``late`` saves after it."""
+    made = leading_summaries(result)
+    if made:
+        head = [mark_verbatim(pinned)] if pinned is not None else []
+        state.show((*head, *result[:made]), [*result[made:], *late])
+    else:
+        state.show((), [*([pinned] if pinned is not None else []), *result, *late])
+
+
+class MemoryViews(BaseViews[MemoryState]):
+    """Views kept in this process (see the module docstring).
+
+    Args:
+        inner: the layer's inner stack (the raw record a cold key is read from).
+        (the others as for :class:`~storage.layers.summarizing.base_views.BaseViews`)
+    """
+
+    summaries: Summaries = "memory"
+
+    def __init__(
+        self,
+        options: SummarizingOptions,
+        policy: Policy,
+        summarizer: ChatSummarizer,
+        background: BackgroundRunner | None,
+        *,
+        inner: ChatStorage,
+    ) -> None:
+        measure = policy.message_size()
+        states = KeyStates(options.max_buffers, lambda: MemoryState(measure))
+        super().__init__(options, policy, states, summarizer, background)
+        self.inner = inner
+        self._explicit = attrs.evolve(policy, on_error="raise")  # compact() always raises
+        self._compaction_seq = itertools.count(1)  # the view versions
+
+    def version(self, key: ChatKey) -> str:
+        """``"m:<n>"``, ``n`` the number of the view's last compaction (``"m:0"``: the raw
+        history, not summarized, or not cached)."""
+        state = self.states.get(key)
+        return f"m:{state.compactions if state is not None and state.view else 0}"
+
+    async def fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        policy = self.policy
+        state = self.states.get(key)
+        if state is not None and state.view is not None:
+            self.states.touch(key)
+            if policy.fallback and policy.due(state) and not state.summarizing:
+                if self.background is not None:
+                    self.schedule(state, key)
+                else:
+                    await self._resummarize(state, key)
+            return serve(state.view, limit, self.serve_window(state))
+        raw = start_right(await self.inner.fetch(key))
+        if not policy.over(raw):
+            return serve(raw, limit, None)
+        state = self.states.create(key)
+        if self.background is not None:  # serve the raw history now; the summary comes later
+            if state.view is None and not state.lock.locked():
+                state.show((), raw)
+            self.schedule(state, key)
+            return serve(state.view or raw, limit, self.serve_window(state))
+        async with state.lock:
+            if state.view is None:
+                # Re-read under the lock (saves may have landed while we waited); saves that
+                # land from here on are collected in ``pending`` and kept after the result.
+                state.summarizing = True
+                state.pending = []
+                try:
+                    raw = start_right(await self.inner.fetch(key))
+                except BaseException:
+                    state.summarizing = False
+                    self._drop_if_cold(key, state)
+                    raise
+                if not policy.over(raw):
+                    state.summarizing = False
+                    self._drop_if_cold(key, state)
+                    return serve(raw, limit, None)
+                await self._summarize(state, key, raw, activation=True)
+            assert state.view is not None
+            return serve(state.view, limit, self.serve_window(state))
+
+    def _saving(self, state: MemoryState, stored: Sequence[ChatMessage]) -> None:
+        if state.summarizing:
+            state.pending.extend(stored)  # kept after the running call's result
+
+    async def refresh(self, state: MemoryState, key: ChatKey) -> None:
+        await self._resummarize(state, key)
+
+    async def _due_after_save(self, state: MemoryState, key: ChatKey) -> None:
+        await self._resummarize(state, key)
+
+    async def _resummarize(self, state: MemoryState, key: ChatKey) -> None:
+        policy = self.policy
+        if not policy.may_try(state):
+            return
+        async with state.lock:
+            if state.view is not None and policy.due(state) and policy.may_try(state):
+                state.summarizing = True
+                state.pending = []
+                await self._summarize(state, key, source(state), activation=False)
+
+    async def _summarize(
+        self,
+        state: MemoryState,
+        key: ChatKey,
+        source: list[ChatMessage],
+        *,
+        activation: bool,
+        policy: Policy | None = None,
+    ) -> None:
+        """Run the summarizer on ``source``; called with ``state.lock`` held and
+        ``state.summarizing`` already set (so no save can slip between snapshot and call).
+        ``policy``: what a failure does (default: the layer's)."""
+        policy = policy or self.policy
+        accepted: list[ChatMessage] | None = None
+        self.counts.summarizer_calls += 1
+        # The leading system prompt is pinned: never summarized, first in every view.
+        pinned = pinned_of(source)
+        body = source[1:] if pinned is not None else source
+        try:
+            accepted = await run_summarizer(
+                self.summarizer, body, self.options.keep_last, self.options.timeout
+            )
+        except BaseException as exc:
+            self.counts.summary_failures += 1
+            if not isinstance(exc, SummarizerError):
+                raise
+            policy.failed(state, key, exc)
+            if not policy.fallback:
+                raise
+        finally:
+            state.summarizing = False
+            pending, state.pending = state.pending, []
+            seen = {m.id for m in source}
+            late = [m for m in pending if m.id not in seen]
+            if accepted is not None:
+                policy.succeeded(state)
+                install(state, pinned, accepted, late)
+                if accepted != body:  # an unchanged view: nothing could be summarized
+                    self.counts.summaries_made += 1
+                    state.compactions = next(self._compaction_seq)
+                policy.settle(state)
+            elif state.view is None and activation:
+                if policy.fallback:  # serve the raw window until a retry succeeds
+                    state.show((), [*source, *late])
+                else:
+                    self._drop_if_cold(key, state)  # cold: the next fetch tries again
+            # On failure an active view already holds source + pending.
+
+    def _drop_if_cold(self, key: ChatKey, state: MemoryState) -> None:
+        if state.view is None and not state.lock.statistics().tasks_waiting:
+            self.states.drop(key, state)
+
+    async def compact(self, key: ChatKey, summary: ChatMessage | None) -> list[ChatMessage]:
+        """Summarize the key now (``None``; a failure raises whatever ``on_error`` says), or
+        install ``summary`` after the pinned prompt.
+
+        Raises:
+            InvalidArgumentError: the key holds no messages.
+            SummarizerError: the summarizer failed.
+        """
+        state = self.states.create(key)
+        async with state.lock:
+            cached = state.view is not None
+            messages = source(state) if cached else start_right(await self.inner.fetch(key))
+            if not messages:
+                self._drop_if_cold(key, state)
+                raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
+            if summary is not None:
+                # The leading system/developer prompt stays first, ahead of the summary.
+                install(state, pinned_of(messages), [summary])
+                state.hold = None
+                state.compactions = next(self._compaction_seq)
+            else:
+                state.summarizing = True
+                state.pending = []
+                await self._summarize(state, key, messages, activation=True, policy=self._explicit)
+            assert state.view is not None
+            return list(state.view)
