@@ -79,8 +79,7 @@ async def fork_by_copy(stack: Any, key: ChatKey, new_key: ChatKey, at: str | Non
         )
     except ConflictError:
         raise ConflictError(
-            f"fork: {new_key} holds messages; a fork needs an empty conversation (nothing "
-            "copied)"
+            f"fork: {new_key} holds messages; a fork needs an empty conversation (nothing copied)"
         ) from None
     if copied and all(
         callable(getattr(stack, name, None))
@@ -109,9 +108,7 @@ async def _carry_checkpoint(
     if covers_to is None or not tail.head.epoch:
         return  # the copy changed under us (another writer): nothing to carry
     carried = attrs.evolve(checkpoint, covers_to=covers_to, epoch=tail.head.epoch, version=0)
-    await stack.save_checkpoint(
-        new_key, carried, expected_version=tail.head.checkpoint_version
-    )
+    await stack.save_checkpoint(new_key, carried, expected_version=tail.head.checkpoint_version)
 
 
 async def _covering(

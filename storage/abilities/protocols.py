@@ -383,6 +383,7 @@ ABILITIES: tuple[type, ...] = (
     SearchableStorage,
     RecordStorage,
     RetentionStorage,
+    TimeTravelStorage,
 )
 """Every optional ability, each declared by every layer (passes, transforms or hides)."""
 

@@ -47,9 +47,7 @@ class TimeTravelTemplate(StoreCore):
         its rewinds, with the head, in one snapshot."""
         raise NotImplementedError
 
-    def _rewind(
-        self, key: ChatKey, to: str, rewind_id: str, now: datetime
-    ) -> MaybeAwaitable[int]:
+    def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> MaybeAwaitable[int]:
         """Atomically hide the messages of the view after message ``to`` (a non-empty str):
         record the rewind (``rewind_id``, made at ``now``, its ``seq`` taken from the key's
         message sequence), start a new epoch, store the checkpoint again as the next version

@@ -334,7 +334,11 @@ class InMemoryChatStorage(BaseStore):
         conversation.hide(rewind, hidden)
         conversation.epoch = new_epoch()
         checkpoint = conversation.checkpoint
-        if checkpoint is not None and checkpoint.epoch == old_epoch and checkpoint.covers_to <= seqs[at]:
+        if (
+            checkpoint is not None
+            and checkpoint.epoch == old_epoch
+            and checkpoint.covers_to <= seqs[at]
+        ):
             conversation.store_checkpoint(
                 attrs.evolve(checkpoint, epoch=conversation.epoch, version=checkpoint.version + 1)
             )

@@ -73,7 +73,9 @@ async def save(
     return stored
 
 
-async def load_version(ctx: PostgresContext, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+async def load_version(
+    ctx: PostgresContext, key: ChatKey, version: int
+) -> SummaryCheckpoint | None:
     """Version ``version`` of the key's checkpoint as kept, or ``None`` (an unreadable one
     reported and ignored)."""
     args = key_args(key)

@@ -191,12 +191,9 @@ class Statements:
                 "SELECT key_seq, rewind_id, to_id, to_seq, through_seq, hidden, created_at "
                 f"FROM {n['rewinds']} WHERE {_KEY} ORDER BY key_seq"
             ),
-            visible_seq=(
-                f"SELECT key_seq FROM {t} WHERE {_KEY} AND message_id = $4 AND {view}"
-            ),
+            visible_seq=(f"SELECT key_seq FROM {t} WHERE {_KEY} AND message_id = $4 AND {view}"),
             visible_after=(
-                f"SELECT key_seq FROM {t} WHERE {_KEY} AND key_seq > $4 AND {view} "
-                "ORDER BY key_seq"
+                f"SELECT key_seq FROM {t} WHERE {_KEY} AND key_seq > $4 AND {view} ORDER BY key_seq"
             ),
             # The rewind's own number from the key's sequence, and a new epoch.
             take_seq=(

@@ -172,9 +172,7 @@ async def timeline(ctx: RedisContext, key: ChatKey) -> tuple[Timeline, bytes | N
     rows += [(seq, decode(record)) for seq, _, record in rewound_of(hidden)]
     rows.sort(key=lambda row: row[0])
     head = _head(epoch, last, version)
-    found = Timeline(
-        head, [seq for seq, _ in rows], [m for _, m in rows], rewinds_of(rewinds)
-    )
+    found = Timeline(head, [seq for seq, _ in rows], [m for _, m in rows], rewinds_of(rewinds))
     return found, checkpoint
 
 
