@@ -18,6 +18,7 @@ from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
 from storage.testing.retention_tests import RetentionTests
+from storage.testing.timetravel_tests import TimeTravelTests
 
 __all__ = ["ConformanceSuite"]
 
@@ -29,6 +30,7 @@ class ConformanceSuite(
     DifferentialTests,
     FaultTests,
     RetentionTests,
+    TimeTravelTests,
     LayerPathTests,
     ReliabilityTests,
     EncryptionFaultTests,
