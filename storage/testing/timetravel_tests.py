@@ -20,6 +20,7 @@ from storage.abilities import (
     SequencedStorage,
     SummaryCheckpoint,
     TimeTravelStorage,
+    find_ability,
     rewound_at,
 )
 from storage.errors import ConflictError, InvalidArgumentError
@@ -359,6 +360,54 @@ class TimeTravelTests:
         assert _ids(rewound[1:]) == ["m10"]
         assert await fresh.fetch(KEY) == rewound
         assert (first.calls, second.calls) == (calls, 0)  # the kept checkpoint served both
+
+    @pytest.mark.parametrize("scrub", [False, True], ids=["plain", "scrub"])
+    async def test_provenance_rebuilds_the_view_a_reply_answered(
+        self, base: ChatStorage, harness: StoreHarness, scrub: bool
+    ) -> None:
+        from storage.layers.summarizing import SummarizingChatStorage
+
+        inner = scrubbed(base) if scrub else base
+        layer = SummarizingChatStorage(inner, trigger_at=2, keep_last=1)
+        if layer.summaries != "store" or find_ability(inner, TimeTravelStorage) is None:
+            pytest.skip("the stack keeps no checkpoints")
+        travel = need(base, TimeTravelStorage)
+        await layer.save_messages(KEY, [*_turns(12), msg("a question", id="q")])
+        view = await layer.fetch(KEY)
+        assert view[0].is_summary
+        await layer.save(KEY, msg("the answer", "assistant", id="r"))
+        found = await layer.provenance(KEY, "r")
+        assert found is not None
+        assert list(found.messages) == view  # exactly what the model was given
+        assert found.kinds[0] == "summary"
+        assert set(found.kinds[1:]) == {"verbatim"}
+        assert found.checkpoint_version >= 1
+        omitted = _ids(list(found.omitted))
+        assert omitted and set(omitted) <= {f"m{i}" for i in range(12)}  # summarized
+        assert await travel.provenance(KEY, "r") is None  # a store records no view
+        # A window: the reply to a fetch with a limit answered that window.
+        window = await layer.fetch(KEY, limit=2)
+        await layer.save(KEY, msg("to the window", "assistant", id="w"))
+        windowed = await layer.provenance(KEY, "w")
+        assert windowed is not None
+        assert (list(windowed.messages), windowed.limit) == (window, 2)
+        # Later compactions, rewinds and other workers do not change the answer.
+        await layer.save_messages(KEY, _turns(10, "x"))
+        assert (await layer.fetch(KEY))[0].is_summary
+        assert await layer.rewind(KEY, "x9") == 0  # the newest
+        assert await layer.rewind(KEY, "x5") == 4
+        again = await layer.provenance(KEY, "r")
+        assert again is not None and list(again.messages) == view
+        if harness.persistent:
+            worker = SummarizingChatStorage(inner, trigger_at=2, keep_last=1)
+            other = await worker.provenance(KEY, "r")
+            assert other is not None and list(other.messages) == view
+        # A reply saved without a fetch before it, and a message that is no reply: unknown.
+        await layer.save(KEY, msg("unprompted", "assistant", id="u"))
+        assert await layer.provenance(KEY, "u") is None
+        assert await layer.provenance(KEY, "q") is None
+        await layer.delete(KEY)
+        assert await layer.provenance(KEY, "r") is None  # erased with the conversation
 
     @one_backend
     async def test_a_rewind_by_another_process_is_seen_by_the_next_fetch(
