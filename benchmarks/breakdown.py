@@ -19,7 +19,7 @@ from benchmarks.data import shipped_messages
 from storage.codec import decode, encode
 from storage.history import prepare_batch as prepare
 from storage.history import validate_message
-from storage.message import ChatMessage, _with_created_at
+from storage.message import ChatMessage, with_created_at
 
 Step = tuple[str, str, Callable[[], Any]]
 
@@ -28,7 +28,7 @@ def steps() -> list[Step]:
     wires = list(shipped_messages())
     now = datetime.now(UTC)
     built = [ChatMessage.from_openai(w) for w in wires]
-    stamped = [_with_created_at(m, now) for m in built]
+    stamped = [with_created_at(m, now) for m in built]
     records = [encode(m) for m in stamped]
     dumps, loads = json.dumps, json.loads
     return [
@@ -51,8 +51,8 @@ def steps() -> list[Step]:
         ),
         (
             "save",
-            "`_with_created_at(m, now)` (what `prepare_batch` uses)",
-            lambda: [_with_created_at(m, now) for m in built],
+            "`with_created_at(m, now)` (what `prepare_batch` uses)",
+            lambda: [with_created_at(m, now) for m in built],
         ),
         ("save", "`codec.encode` (record JSON)", lambda: [encode(m) for m in stamped]),
         ("read", "`json.loads(record)` (what the floor does)", lambda: [loads(r) for r in records]),

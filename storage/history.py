@@ -23,7 +23,7 @@ from storage.message import (
     ROLES,
     ChatMessage,
     ToolCall,
-    _with_created_at,
+    with_created_at,
 )
 
 __all__ = [
@@ -449,6 +449,6 @@ def prepare_batch(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         if message.created_at is None:
             if now is None:
                 now = datetime.now(UTC)
-            message = _with_created_at(message, now)
+            message = with_created_at(message, now)
         out.append(message)
     return out

@@ -153,7 +153,7 @@ def _mistral_common(messages: list[dict[str, Any]]) -> None:
     )
 
     request = ChatCompletionRequest.from_openai(_mistral_ids(messages))
-    MistralRequestValidatorV13(mode=ValidationMode.test).validate_messages(request.messages, False)
+    MistralRequestValidatorV13(mode=ValidationMode.test).validate_messages(request.messages)
 
 
 def _tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from storage.abilities import (
 from storage.abilities.timeline import AsOf
 from storage.config import Stack
 from storage.config.registry import Registry
+from storage.layers.otel import TelemetryChatStorage
 from storage.layers.payload import PayloadLayer
 from storage.layers.strict import StrictViewChatStorage
 from storage.layers.summarizing import SummarizingChatStorage
@@ -96,13 +97,22 @@ def _encrypting(inner: Any) -> Any:
     return EncryptingChatStorage(inner, keys=new_master_key(), keyring=keyring)
 
 
+def _mirroring(inner: Any) -> Any:
+    from storage.layers.mirroring import MirrorChatStorage
+    from storage.stores.memory import InMemoryChatStorage
+
+    return MirrorChatStorage(inner, secondary=AbilityRecorder(), journal=InMemoryChatStorage())
+
+
 LAYERS: dict[str, Any] = {
     "stack": lambda inner: Stack(inner),
+    "mirror": _mirroring,
     "encrypting": _encrypting,
     "payload": PayloadLayer,
     "transforming": lambda inner: TransformingChatStorage(inner, lambda m, k: m),
     "summarizing": lambda inner: SummarizingChatStorage(inner, _noop_summarizer),
     "strict": lambda inner: StrictViewChatStorage(inner),
+    "otel": lambda inner: TelemetryChatStorage(inner, secret="s"),
 }
 
 
@@ -278,6 +288,9 @@ class AbilityRecorder(Recorder):
 
 
 SUMMARY = ChatMessage("system", "summary", metadata={"chatlayers": {"summary": True}})
+# Reads a layer makes of the store below after the call itself: a mirror finds the message
+# a saved checkpoint covers, to cover the same one on its secondary.
+EXTRA_READS: dict[str, set[str]] = {"mirror": {"fetch_since", "head"}}
 # One call of each ability method, with arguments every layer accepts.
 ABILITY_CALLS: dict[str, Any] = {
     "list_keys": lambda s: s.list_keys(),
@@ -362,7 +375,12 @@ async def test_layer_reaches_each_ability_as_declared(layer: str, ability: type)
         assert isinstance(found, Forward) or inspect.iscoroutinefunction(found), name
         inner.called.clear()
         await ABILITY_CALLS[name](wrapped)
-        assert inner.called == INSTEAD.get((layer, name), [name]), (name, inner.called)
+        instead = INSTEAD.get((layer, name))
+        if instead is not None:
+            assert inner.called == instead, (name, inner.called)
+            continue
+        assert inner.called[:1] == [name], (name, inner.called)
+        assert set(inner.called[1:]) <= EXTRA_READS.get(layer, set()), (name, inner.called)
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))

@@ -17,6 +17,9 @@ and ``--json`` for machine output)::
     chatlayers compact               summarize one conversation now, or tidy JSONL files
     chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
     chatlayers eval FILE...          fact retention of stacks' views vs truncation, fresh stores
+    chatlayers migrate --from A --to B  copy every conversation (checkpoints too), resumable
+    chatlayers verify --from A --to B   compare key by key, exit 1 at the first difference
+    chatlayers diff FILE... --url A --url B   two stacks on the same conversations (canary)
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line
@@ -44,6 +47,7 @@ from storage.config.loading import ENV_CONFIG, ENV_URL, to_spec
 from storage.config.stack import Stack
 from storage.errors import ChatStorageError, ConfigError
 from storage.redact import redact_url
+from storage.telemetry import operation
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -53,6 +57,8 @@ COMMAND_MODULES: Final = (
     "storage.cli.maintenance",
     "storage.cli.keys",
     "storage.cli.eval",
+    "storage.cli.migrate",
+    "storage.cli.diff",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 
@@ -140,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
         _common(sub, top=False, many=spec.many_stacks)
         spec.arguments(sub)
         sub.set_defaults(
-            handler=spec.handler, read_only=spec.read_only, needs_stack=spec.needs_stack
+            handler=spec.handler,
+            read_only=spec.read_only,
+            needs_stack=spec.needs_stack,
+            check=spec.check,
         )
     return parser
 
@@ -163,6 +172,11 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
             close = sub.suggestion(token) if sub is not None else None
             words.append(f"{token} (did you mean {close}?)" if close else token)
         target.error(f"unrecognized arguments: {' '.join(words)}")
+    check = getattr(args, "check", None)
+    problem = check(args) if check is not None else None
+    if problem:
+        sub = _subparser(parser, getattr(args, "command", None))
+        (sub if sub is not None else parser).error(problem)
     return args
 
 
@@ -186,7 +200,9 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
         return code
     stack = _open(args)
     async with stack:
-        code = await args.handler(args, out, stack)
+        # One span for the command when the stack has an otel layer (its calls inside).
+        with operation(stack, "command", command=str(args.command)):
+            code = await args.handler(args, out, stack)
         return code
 
 

@@ -11,7 +11,8 @@ line in that tuple::
 ``arguments(parser)`` adds the command's own flags (each with help text: a test walks the
 parser); ``read_only`` commands never create a missing SQLite file; ``needs_stack=False``
 commands are called with ``stack=None`` and open nothing; ``many_stacks`` commands (with
-``needs_stack=False``) take ``--url``/``--config`` several times and get lists.
+``needs_stack=False``) take ``--url``/``--config`` several times and get lists; ``check(args)``
+returns a usage error's text (exit status 2, with the command's usage) or ``None``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     return None
 
 
+def _no_check(args: argparse.Namespace) -> str | None:
+    return None
+
+
 @attrs.frozen
 class Command:
     """One registered subcommand."""
@@ -44,6 +49,7 @@ class Command:
     read_only: bool = False
     needs_stack: bool = True
     many_stacks: bool = False
+    check: Callable[[argparse.Namespace], str | None] = _no_check
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -57,6 +63,7 @@ def command(
     read_only: bool = False,
     needs_stack: bool = True,
     many_stacks: bool = False,
+    check: Callable[[argparse.Namespace], str | None] = _no_check,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine ``handler(args, out, stack) -> exit status`` as the
     subcommand ``name``.
@@ -70,7 +77,7 @@ def command(
         if existing is not None and existing.handler is not handler:
             raise ValueError(f"chatlayers command {name!r} is registered twice")
         _COMMANDS[name] = Command(
-            name, help, handler, arguments, read_only, needs_stack, many_stacks
+            name, help, handler, arguments, read_only, needs_stack, many_stacks, check
         )
         return handler
 

@@ -35,6 +35,7 @@ __all__ = [
     "REPLAY_URL",
     "ReplayReport",
     "SetFigures",
+    "pii_counts",
     "replay",
     "set_name",
     "summarizing_layers",
@@ -201,7 +202,7 @@ async def _replay(
     perf = time.perf_counter
     count = token_counter(model)
     raw_tokens = view_tokens = 0
-    start_counts = _pii_counts(stack)
+    start_counts = pii_counts(stack)
     repeated: Counter[str] = Counter()
     start_calls = total(layers, "summarizer_calls")
     for conversation in conversations:
@@ -213,7 +214,7 @@ async def _replay(
         figures = report.sets.setdefault(set_name(conversation.where), SetFigures())
         calls_before = total(layers, "summarizer_calls")
         for index, message in enumerate(messages):
-            before = _pii_counts(stack)
+            before = pii_counts(stack)
             triggers = total(layers, "saves_triggering")
             started = perf()
             stored = await stack.save(key, message)
@@ -227,7 +228,7 @@ async def _replay(
             if not stored:
                 # Already stored (a re-run): the scrubber scanned it again, but that PII was
                 # counted when it was first stored.
-                repeated.update(_pii_counts(stack) - before)
+                repeated.update(pii_counts(stack) - before)
             last = index == len(messages) - 1
             if last or messages[index + 1].role == "assistant":
                 start = perf()
@@ -293,10 +294,11 @@ async def _background_tasks(layers: Sequence[Any]) -> AsyncIterator[None]:
         yield
 
 
-def _pii_counts(stack: Stack) -> Counter[str]:
-    """PII found so far by the stack's scrubbing layers, by entity."""
+def pii_counts(stack: object) -> Counter[str]:
+    """PII found so far by the scrubbing layers of ``stack`` (a stack or a chain of layers),
+    by entity: the ``counts`` of every component's transform."""
     total: Counter[str] = Counter()
-    for component in stack.components():
+    for component in components(stack):
         counts = getattr(getattr(component, "transform", None), "counts", None)
         if isinstance(counts, Mapping):
             total.update(counts)

@@ -21,6 +21,7 @@ from storage.codec import encode
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
+from storage.migrate.journal import is_reserved
 
 __all__ = [
     "Stats",
@@ -50,7 +51,8 @@ def require_listable(stack: Stack) -> ListableStorage:
 async def iter_conversations(
     stack: Stack, *, user_id: str | None = None, session_id: str | None = None
 ) -> AsyncIterator[tuple[ChatKey, list[ChatMessage]]]:
-    """Every stored conversation (raw, from the innermost store), in key order.
+    """Every stored conversation (raw, from the innermost store), in key order; the layers'
+    own bookkeeping (a mirror's marks of what its secondary missed) is left out.
 
     Raises:
         ConfigError: the store cannot list its keys.
@@ -59,6 +61,8 @@ async def iter_conversations(
     keys = await require_listable(stack).list_keys(user_id, session_id)
     base = stack.base
     for key in keys:
+        if is_reserved(key.user_id):
+            continue
         yield key, await base.fetch(key)
 
 

@@ -94,6 +94,8 @@ BUILTINS: Final[dict[Kind, tuple[Entry, ...]]] = {
         _builtin(
             "encrypt", "storage.layers.encrypting:EncryptingChatStorage", "encrypt", "cryptography"
         ),
+        _builtin("mirror", "storage.layers.mirroring:MirrorChatStorage"),
+        _builtin("otel", "storage.layers.otel:TelemetryChatStorage", "otel", "opentelemetry"),
         _builtin("scrub", "storage.layers.scrubbing:scrub_layer"),
         _builtin("strict", "storage.layers.strict:StrictViewChatStorage"),
         _builtin("summarize", "storage.layers.summarizing:SummarizingChatStorage"),

@@ -47,7 +47,18 @@ from storage.message import ChatMessage
 from storage.protocol import ChatStorage
 from storage.redact import redact_url
 
-__all__ = ["DEFAULT_EVAL_URLS", "EvalReport", "Figures", "evaluate", "evaluate_urls", "fresh_spec"]
+__all__ = [
+    "DEFAULT_EVAL_URLS",
+    "EvalReport",
+    "Figures",
+    "ViewObserver",
+    "evaluate",
+    "evaluate_urls",
+    "fresh_spec",
+]
+
+ViewObserver = Callable[[Conversation, int, list[ChatMessage]], None]
+"""``on_view(conversation, index, view)`` of :func:`evaluate`."""
 
 DEFAULT_EVAL_URLS: Final = (
     "summarize?trigger_tokens=3000::memory://",
@@ -227,6 +238,7 @@ async def evaluate(
     extractor: FactExtractor = extract_facts,
     model: str = "gpt-4o",
     on_message: Callable[[], None] | None = None,
+    on_view: ViewObserver | None = None,
 ) -> EvalReport:
     """Replay ``conversations`` through ``stack`` and measure its views (module docstring).
 
@@ -239,6 +251,10 @@ async def evaluate(
         extractor: what counts as a fact (default :func:`storage.eval.facts.extract_facts`).
         model: the model whose tokenizer counts tokens.
         on_message: called after each message (progress).
+        on_view: called with ``(conversation, index, view)`` for every view fetched:
+            ``index`` is the position in ``conversation.messages`` of the assistant message
+            the view was fetched before, ``len(conversation.messages)`` for the final view
+            (what ``chatlayers diff`` compares).
 
     Raises:
         ChatStorageError: from the stack.
@@ -252,11 +268,13 @@ async def evaluate(
         calls = total(layers, "summarizer_calls")
         record: list[ChatMessage] = []
         earlier: set[str] = set()
-        for message in conversation.messages:
+        for index, message in enumerate(conversation.messages):
             view = None
             if message.role == "assistant" and record:
                 await _drain(layers)
                 view = await stack.fetch(conversation.key)
+                if on_view is not None:
+                    on_view(conversation, index, view)
             stored = await stack.save(conversation.key, message)
             if view is not None and stored and view != record:
                 _point(figures, facts_of, view, record, earlier, stored[0])
@@ -267,6 +285,8 @@ async def evaluate(
                 on_message()
         await _drain(layers)
         view = await stack.fetch(conversation.key)
+        if on_view is not None:
+            on_view(conversation, len(conversation.messages), view)
         figures.conversations += 1
         figures.summarizer_calls += total(layers, "summarizer_calls") - calls
         compacted = view != record

@@ -12,7 +12,10 @@
   strict chat templates accept (one leading system message, alternating roles, every tool
   call answered), the raw record untouched;
 - :mod:`storage.layers.encrypting`: ``EncryptingChatStorage``, AES-256-GCM with a data key per
-  user kept in a separate keyring (crypto-shredding on ``delete_user``).
+  user kept in a separate keyring (crypto-shredding on ``delete_user``);
+- :mod:`storage.layers.mirroring`: ``MirrorChatStorage`` (``mirror::``), every write to the
+  primary and to a secondary store (a failure of the secondary marked, never raised, and
+  repaired), for a live move to another store.
 
 Every layer subclasses ``storage.protocol.ChatStorageWrapper`` (a forwarder for every
 method) and declares, per optional ability, whether it passes, transforms or hides it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeAlias
 
 import anyio
@@ -28,6 +28,7 @@ from storage.errors import InvalidMessageError
 from storage.layers.payload import Down, PayloadLayer, Send, SendRecord
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
+from storage.telemetry import Recorder, recorder
 
 __all__ = [
     "OWN_KINDS",
@@ -148,6 +149,14 @@ class TransformingChatStorage(PayloadLayer):
     async def _down(
         self, key: ChatKey, messages: list[ChatMessage], what: Down, send: Send
     ) -> list[ChatMessage]:
+        listener = recorder()
+        if listener is not None:
+            return await send(await self._transform_reported(listener, key, messages, what))
+        return await send(await self._transform(key, messages, what))
+
+    async def _transform(
+        self, key: ChatKey, messages: list[ChatMessage], what: Down
+    ) -> list[ChatMessage]:
         out: list[ChatMessage] = []
         for index, result in enumerate(await self._all(key, messages)):
             if result is not None:
@@ -156,7 +165,26 @@ class TransformingChatStorage(PayloadLayer):
                 raise InvalidMessageError(
                     f"checkpoint message {index}: the transform dropped a summary message"
                 )
-        return await send(out)
+        return out
+
+    async def _transform_reported(
+        self, listener: Recorder, key: ChatKey, messages: list[ChatMessage], what: Down
+    ) -> list[ChatMessage]:
+        """:meth:`_transform` as a ``scrub`` span (``transform`` for another transform),
+        with what a scrubber found (its ``counts``, by entity) reported as a ``pii`` event.
+        The counts are compared before and after: exact unless a message large enough for
+        a worker thread is transformed while another save of this layer runs."""
+        counts = getattr(self.transform, "counts", None)
+        name = "scrub" if isinstance(counts, Mapping) else "transform"
+        before = dict(counts) if isinstance(counts, Mapping) else None
+        with listener.span(name, key, {"messages": len(messages), "what": what}) as handle:
+            out = await self._transform(key, messages, what)
+            handle.set("messages.dropped", len(messages) - len(out))
+            if before is not None and isinstance(counts, Mapping):
+                found = {e: n - before.get(e, 0) for e, n in counts.items() if n != before.get(e)}
+                if found:
+                    listener.event("pii", key, found)
+        return out
 
     async def _down_record(
         self, key: ChatKey, record: ConversationRecord, send: SendRecord

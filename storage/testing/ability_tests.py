@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
 
 from storage.abilities import (
     CheckpointStorage,
-    ConversationRecord,
     ListableStorage,
-    RecordStorage,
     ReplaceableStorage,
-    RetentionStorage,
-    SearchableStorage,
     SequencedStorage,
-    SessionListing,
     SummaryCheckpoint,
     find_ability,
 )
@@ -29,7 +24,15 @@ from storage.protocol import ChatStorage
 from storage.testing.harness import FakeClock, StoreHarness
 from storage.testing.protocol_tests import KEY, msg
 
-__all__ = ["AbilityTests", "MakeStack", "need", "summary_message"]
+__all__ = [
+    "AbilityTests",
+    "MakeStack",
+    "checkpoint_of",
+    "need",
+    "stack_with",
+    "summary_message",
+    "texts",
+]
 
 A = TypeVar("A")
 MakeStack = Callable[..., Awaitable[ChatStorage]]
@@ -49,7 +52,7 @@ def summary_message(text: str) -> ChatMessage:
     return ChatMessage("system", text, metadata={"chatlayers": {"summary": True}})
 
 
-def _checkpoint(
+def checkpoint_of(
     messages: tuple[ChatMessage, ...],
     covers_to: int,
     epoch: str,
@@ -64,7 +67,7 @@ def texts(messages: list[ChatMessage]) -> list[str]:
     return [m.text for m in messages]
 
 
-async def _stack_with(make_stack: MakeStack, **options: Any) -> ChatStorage:
+async def stack_with(make_stack: MakeStack, **options: Any) -> ChatStorage:
     try:
         return await make_stack(**options)
     except TypeError as exc:
@@ -150,7 +153,7 @@ class AbilityTests:
         assert await cps.load_checkpoint(KEY) is None
         seqs = await self._saved_history(store)
         head = await cps.head(KEY)
-        made = _checkpoint(
+        made = checkpoint_of(
             (summary_message("summary of one and two"),), seqs[1], head.epoch, "manual", T0
         )
         stored = await cps.save_checkpoint(KEY, made, expected_version=0)
@@ -171,7 +174,7 @@ class AbilityTests:
         assert loaded.covers_to == seqs[1]
         assert (await cps.head(KEY)).checkpoint_version == 1
         # A writer that read version 0 loses: nothing written.
-        rival = _checkpoint((summary_message("rival"),), seqs[2], head.epoch, "rival", T0)
+        rival = checkpoint_of((summary_message("rival"),), seqs[2], head.epoch, "rival", T0)
         assert await cps.save_checkpoint(KEY, rival, expected_version=0) is None
         assert await cps.save_checkpoint(KEY, rival, expected_version=5) is None
         still = await cps.load_checkpoint(KEY)
@@ -183,7 +186,7 @@ class AbilityTests:
         assert newer.version == 2
         assert (await cps.head(KEY)).checkpoint_version == 2
         # Covering the last message is fine.
-        last = _checkpoint((summary_message("all"),), seqs[-1], head.epoch, "m", T0)
+        last = checkpoint_of((summary_message("all"),), seqs[-1], head.epoch, "m", T0)
         assert (await cps.save_checkpoint(KEY, last, expected_version=2)) is not None
 
     async def test_checkpoint_refused_for_another_epoch_or_unheld_sequence(
@@ -192,17 +195,17 @@ class AbilityTests:
         cps = need(store, CheckpointStorage)
         seqs = await self._saved_history(store)
         head = await cps.head(KEY)
-        wrong_epoch = _checkpoint((summary_message("s"),), seqs[1], "not-the-epoch", "m", T0)
+        wrong_epoch = checkpoint_of((summary_message("s"),), seqs[1], "not-the-epoch", "m", T0)
         assert await cps.save_checkpoint(KEY, wrong_epoch, expected_version=0) is None
-        beyond = _checkpoint((summary_message("s"),), head.last_seq + 1000, head.epoch, "m", T0)
+        beyond = checkpoint_of((summary_message("s"),), head.last_seq + 1000, head.epoch, "m", T0)
         assert await cps.save_checkpoint(KEY, beyond, expected_version=0) is None
-        elsewhere = _checkpoint((summary_message("s"),), seqs[0], head.epoch, "m", T0)
+        elsewhere = checkpoint_of((summary_message("s"),), seqs[0], head.epoch, "m", T0)
         assert await cps.save_checkpoint(OTHER, elsewhere, expected_version=0) is None
         assert await cps.load_checkpoint(KEY) is None
         assert await cps.load_checkpoint(OTHER) is None
         assert (await cps.head(KEY)).checkpoint_version == 0
         # A checkpoint made before a delete is void in the key's next life.
-        good = _checkpoint((summary_message("s"),), seqs[1], head.epoch, "m", T0)
+        good = checkpoint_of((summary_message("s"),), seqs[1], head.epoch, "m", T0)
         assert await cps.save_checkpoint(KEY, good, expected_version=0) is not None
         await store.delete(KEY)
         await self._saved_history(store)
@@ -213,10 +216,10 @@ class AbilityTests:
         cps = need(store, CheckpointStorage)
         seqs = await self._saved_history(store)
         head = await cps.head(KEY)
-        plain = _checkpoint((msg("not marked", "system"),), seqs[1], head.epoch, "m", T0)
+        plain = checkpoint_of((msg("not marked", "system"),), seqs[1], head.epoch, "m", T0)
         with pytest.raises(InvalidMessageError):
             await cps.save_checkpoint(KEY, plain, expected_version=0)
-        bad_role = _checkpoint(
+        bad_role = checkpoint_of(
             (ChatMessage("robot", "x", metadata={"chatlayers": {"summary": True}}),),
             seqs[1],
             head.epoch,
@@ -235,7 +238,7 @@ class AbilityTests:
         listable = find_ability(store, ListableStorage)
         before_keys = await listable.list_keys() if listable is not None else None
         head = await cps.head(KEY)
-        made = _checkpoint((summary_message("gist"),), head.last_seq, head.epoch, "m", T0)
+        made = checkpoint_of((summary_message("gist"),), head.last_seq, head.epoch, "m", T0)
         assert await cps.save_checkpoint(KEY, made, expected_version=0) is not None
         assert await store.fetch(KEY) == before_fetch
         assert await store.fetch(KEY, limit=2) == before_fetch[-2:]
@@ -251,7 +254,7 @@ class AbilityTests:
         for key in keys:
             await self._saved_history(store, key)
             head = await cps.head(key)
-            made = _checkpoint((summary_message("g"),), head.last_seq, head.epoch, "m", T0)
+            made = checkpoint_of((summary_message("g"),), head.last_seq, head.epoch, "m", T0)
             assert await cps.save_checkpoint(key, made, expected_version=0) is not None
         await store.delete(KEY)
         assert await cps.load_checkpoint(KEY) is None
@@ -260,7 +263,7 @@ class AbilityTests:
         survivor = ChatKey("user-2", "session-1", "agent-1")
         await self._saved_history(store, survivor)
         head = await cps.head(survivor)
-        made = _checkpoint((summary_message("g"),), head.last_seq, head.epoch, "m", T0)
+        made = checkpoint_of((summary_message("g"),), head.last_seq, head.epoch, "m", T0)
         assert await cps.save_checkpoint(survivor, made, expected_version=0) is not None
         await store.delete_user("user-1")
         for key in keys:
@@ -288,7 +291,7 @@ class AbilityTests:
         if harness.clock_option is None:
             pytest.skip("the store takes no clock")
         clock = FakeClock(time.time())
-        store = await _stack_with(make_stack, **{harness.clock_option: clock})
+        store = await stack_with(make_stack, **{harness.clock_option: clock})
         cps = need(store, CheckpointStorage)
         assert await cps.acquire_lease(KEY, "worker-a", 10.0)
         clock.advance(9.0)
@@ -307,7 +310,7 @@ class AbilityTests:
         await store.save(OTHER, msg("other agent"))
         before = await seq.head(KEY) if seq is not None else None
         if cps is not None and before is not None:
-            made = _checkpoint((summary_message("g"),), before.last_seq, before.epoch, "m", T0)
+            made = checkpoint_of((summary_message("g"),), before.last_seq, before.epoch, "m", T0)
             assert await cps.save_checkpoint(KEY, made, expected_version=0) is not None
         new = [msg("be brief", "system"), msg("new 1"), msg("new 2", "assistant")]
         stored = await rep.replace(KEY, new)
@@ -377,222 +380,3 @@ class AbilityTests:
                 KEY, [ChatMessage("robot", "x")], expected_version=(await seq.head(KEY)).version
             )
         assert texts(await store.fetch(KEY)) == ["first", "someone else", "won", "too"]
-
-    # --- SessionListing ------------------------------------------------------------------
-
-    async def _sessions(self, store: ChatStorage, user: str) -> None:
-        for n in range(5):
-            at = T0 + timedelta(minutes=n)
-            await store.save(ChatKey(user, f"s{n}", "agent"), msg(f"hello {n}", created_at=at))
-        await store.save(ChatKey(user, "s1", "second-agent"), msg("x", created_at=T0))
-        tie = T0 + timedelta(minutes=10)
-        await store.save(ChatKey(user, "tie-b", "agent"), msg("tie", created_at=tie))
-        await store.save(ChatKey(user, "tie-a", "agent"), msg("tie", created_at=tie))
-        await store.save(ChatKey(user + "-other", "s9", "agent"), msg("not mine"))
-
-    async def test_list_sessions_newest_first(self, store: ChatStorage) -> None:
-        lister = need(store, SessionListing)
-        await self._sessions(store, "lister")
-        page = await lister.list_sessions("lister")
-        ids = [s.session_id for s in page.sessions]
-        assert ids == ["tie-a", "tie-b", "s4", "s3", "s2", "s1", "s0"]
-        assert page.next_cursor is None
-        s1 = next(s for s in page.sessions if s.session_id == "s1")
-        assert s1.agents == ("agent", "second-agent")
-        assert s1.message_count == 2
-        assert s1.first_at == T0
-        assert s1.last_at == T0 + timedelta(minutes=1)
-        assert (await lister.list_sessions("nobody")).sessions == ()
-        for bad in (0, -1, True):
-            with pytest.raises(InvalidArgumentError):
-                await lister.list_sessions("lister", limit=bad)
-        for cursor in ("!!not a cursor", "eyJ4IjoxfQ"):
-            with pytest.raises(InvalidArgumentError):
-                await lister.list_sessions("lister", cursor=cursor)
-        await store.delete(ChatKey("lister", "s4", "agent"))
-        ids = [s.session_id for s in (await lister.list_sessions("lister")).sessions]
-        assert "s4" not in ids
-
-    async def test_session_cursor_never_repeats_or_skips(self, store: ChatStorage) -> None:
-        lister = need(store, SessionListing)
-        await self._sessions(store, "pager")
-        expected = [s.session_id for s in (await lister.list_sessions("pager")).sessions]
-        seen: list[str] = []
-        cursor: str | None = None
-        pages = 0
-        while True:
-            page = await lister.list_sessions("pager", limit=2, cursor=cursor)
-            assert len(page.sessions) <= 2
-            seen += [s.session_id for s in page.sessions]
-            pages += 1
-            if pages == 1:
-                # Activity during paging: the oldest session becomes the newest. Sessions not
-                # touched must still come exactly once, none twice.
-                await store.save(
-                    ChatKey("pager", "s0", "agent"), msg("back", created_at=T0 + timedelta(hours=1))
-                )
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-            assert pages < 10
-        assert len(seen) == len(set(seen)), seen
-        untouched = [s for s in expected if s != "s0"]
-        assert [s for s in seen if s != "s0"] == untouched
-
-    # --- SearchableStorage ---------------------------------------------------------------
-
-    async def test_search_finds_only_the_users_messages(self, store: ChatStorage) -> None:
-        searcher = need(store, SearchableStorage)
-        mine = [
-            (ChatKey("searcher", "s1", "a"), msg("the refund for my order is late")),
-            (ChatKey("searcher", "s2", "b"), msg("Refund policy: refund within thirty days")),
-            (ChatKey("searcher", "s1", "a"), msg("nice weather today", "assistant")),
-        ]
-        for key, m in mine:
-            await store.save(key, m)
-        await store.save(ChatKey("searcher-2", "s1", "a"), msg("my refund please"))
-        await store.save(ChatKey("Searcher", "s1", "a"), msg("refund in another case"))
-        hits = await searcher.search("searcher", "REFUND")
-        assert {h.key.user_id for h in hits} == {"searcher"}
-        assert sorted(h.message.id for h in hits) == sorted(m.id for _, m in mine[:2])
-        for hit in hits:
-            assert isinstance(hit.score, float)
-            assert "refund" in hit.snippet.lower()
-            assert len(hit.snippet) <= 200
-        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-        assert len(await searcher.search("searcher", "refund", limit=1)) == 1
-        assert await searcher.search("searcher", "absentword") == []
-        assert await searcher.search("nobody", "refund") == []
-        for query, limit in (("", 5), ("refund", 0)):
-            with pytest.raises(InvalidArgumentError):
-                await searcher.search("searcher", query, limit=limit)
-        await store.delete(ChatKey("searcher", "s2", "b"))
-        assert [h.message.id for h in await searcher.search("searcher", "refund")] == [
-            mine[0][1].id
-        ]
-        await store.delete_user("searcher")
-        assert await searcher.search("searcher", "refund") == []
-        assert len(await searcher.search("searcher-2", "refund")) == 1
-
-    # --- RecordStorage -------------------------------------------------------------------
-
-    async def test_records_kept_beside_messages(self, store: ChatStorage) -> None:
-        recs = need(store, RecordStorage)
-        approval = ConversationRecord(
-            "tool_approval", {"tool_call_id": "c1", "decision": "approved", "n": [1, 2.5, None]}
-        )
-        first = await recs.save_record(KEY, approval)
-        assert first.seq > 0
-        assert first.created_at is not None
-        assert first.created_at.tzinfo is not None
-        assert (first.id, first.kind) == (approval.id, "tool_approval")
-        assert first.data["decision"] == "approved"
-        await store.save(KEY, msg("a message between"))
-        status = await recs.save_record(KEY, ConversationRecord("status", {"state": "open"}))
-        assert status.seq > first.seq
-        again = await recs.save_record(KEY, approval)  # idempotent by id
-        assert again.seq == first.seq
-        all_records = await recs.fetch_records(KEY)
-        assert [r.id for r in all_records] == [approval.id, status.id]
-        assert [r.seq for r in all_records] == [first.seq, status.seq]
-        assert [r.id for r in await recs.fetch_records(KEY, kind="status")] == [status.id]
-        assert await recs.fetch_records(KEY, kind="none") == []
-        assert await recs.fetch_records(OTHER) == []
-        seq = find_ability(store, SequencedStorage)
-        if seq is not None:
-            (message_seq,) = (await seq.fetch_since(KEY, 0)).seqs
-            assert first.seq < message_seq < status.seq
-        # Never a message.
-        assert texts(await store.fetch(KEY)) == ["a message between"]
-        assert len(await store.fetch_all_chats(KEY.user_id, KEY.session_id)) == 1
-        for bad in (ConversationRecord(""), ConversationRecord("k", {"x": {1, 2}})):
-            with pytest.raises(InvalidArgumentError):
-                await recs.save_record(KEY, bad)
-        assert len(await recs.fetch_records(KEY)) == 2
-
-    async def test_records_erased_with_the_conversation(self, store: ChatStorage) -> None:
-        recs = need(store, RecordStorage)
-        keys = [KEY, OTHER, ChatKey("user-2", "session-1", "agent-1")]
-        for key in keys:
-            await store.save(key, msg("m"))
-            await recs.save_record(key, ConversationRecord("status", {"key": str(key)}))
-        await store.delete(KEY)
-        assert await recs.fetch_records(KEY) == []
-        assert len(await recs.fetch_records(OTHER)) == 1
-        await store.delete_user("user-1")
-        assert await recs.fetch_records(OTHER) == []
-        assert len(await recs.fetch_records(keys[2])) == 1
-
-    # --- RetentionStorage ----------------------------------------------------------------
-
-    async def test_purge_deletes_old_messages(
-        self, store: ChatStorage, make_stack: MakeStack
-    ) -> None:
-        plain = find_ability(store, RetentionStorage)
-        if plain is not None:
-            await store.save(KEY, msg("ancient", created_at=T0 - timedelta(days=3000)))
-            assert await plain.purge() == 0  # no retention: nothing goes
-            assert len(await store.fetch(KEY)) == 1
-        kept_stack = await _stack_with(make_stack, retention=3600)
-        ret = need(kept_stack, RetentionStorage)
-        seq = find_ability(kept_stack, SequencedStorage)
-        cps = find_ability(kept_stack, CheckpointStorage)
-        old_only = ChatKey("retention", "old", "a")
-        mixed = ChatKey("retention", "mixed", "a")
-        # Young by the store's own clock when written (a purge on write keeps them), old by
-        # the ``now`` given to purge below.
-        t = datetime.now(UTC)
-        await kept_stack.save(old_only, msg("old a", created_at=t - timedelta(minutes=10)))
-        await kept_stack.save_messages(
-            mixed,
-            [
-                msg("old b", created_at=t - timedelta(minutes=9)),
-                msg("new c", "assistant", created_at=t + timedelta(hours=2)),
-            ],
-        )
-        before = await seq.head(mixed) if seq is not None else None
-        if cps is not None and before is not None:
-            made = _checkpoint((summary_message("g"),), before.last_seq, before.epoch, "m", T0)
-            assert await cps.save_checkpoint(mixed, made, expected_version=0) is not None
-        now = t + timedelta(minutes=90)  # cut-off: t + 30 min
-        assert await ret.purge(now=now) == 2
-        assert await kept_stack.fetch(old_only) == []
-        assert texts(await kept_stack.fetch(mixed)) == ["new c"]
-        if seq is not None and before is not None:
-            after = await seq.head(mixed)
-            assert after.epoch != before.epoch
-            assert (await seq.head(old_only)).last_seq == 0
-        if cps is not None:
-            assert await cps.load_checkpoint(mixed) is None
-        listable = find_ability(kept_stack, ListableStorage)
-        if listable is not None:
-            assert await listable.list_keys(user_id="retention") == [mixed]
-        assert await ret.purge(now=now) == 0
-        with pytest.raises(InvalidArgumentError):
-            await ret.purge(now=datetime(2024, 1, 1))  # naive
-
-    async def test_purge_runs_on_writes_at_most_once_per_interval(
-        self, harness: StoreHarness, make_stack: MakeStack
-    ) -> None:
-        if harness.clock_option is None:
-            pytest.skip("the store takes no clock")
-        clock = FakeClock(time.time())
-        stack = await _stack_with(
-            make_stack, retention=60, purge_interval=10, **{harness.clock_option: clock}
-        )
-        need(stack, RetentionStorage)
-
-        def ago(seconds: float) -> datetime:
-            return datetime.fromtimestamp(clock.now - seconds, UTC)
-
-        await stack.save(KEY, msg("m1", created_at=ago(30)))  # first write: purge, m1 young
-        clock.advance(5)
-        await stack.save(KEY, msg("m2", created_at=ago(0)))
-        clock.advance(40)  # m1 is 75 s old now; 45 s since the last purge
-        await stack.save(KEY, msg("m3", created_at=ago(0)))
-        assert texts(await stack.fetch(KEY)) == ["m2", "m3"]
-        await stack.save(KEY, msg("m4", created_at=ago(70)))  # old, but within the interval
-        assert texts(await stack.fetch(KEY)) == ["m2", "m3", "m4"]
-        clock.advance(11)
-        await stack.save(KEY, msg("m5", created_at=ago(0)))
-        assert texts(await stack.fetch(KEY)) == ["m2", "m3", "m5"]

@@ -14,6 +14,7 @@ from storage.protocol import ChatStorage
 
 __all__ = [
     "CHECKPOINT_DAMAGE",
+    "DEFAULT_LAYERINGS",
     "INDEX_DAMAGE",
     "LAYERINGS",
     "NEWER_FORMAT",
@@ -23,6 +24,7 @@ __all__ = [
     "Layering",
     "ServerControl",
     "StoreHarness",
+    "observed",
     "open_store",
     "scrubbed",
     "summarized",
@@ -157,9 +159,33 @@ def summarized(inner: ChatStorage) -> ChatStorage:
     return SummarizingChatStorage(inner, trigger_at=500)
 
 
+def observed(inner: ChatStorage) -> ChatStorage:
+    """``otel::`` recording into the OpenTelemetry SDK's in-memory span exporter and metric
+    reader, so every span and metric is made for real (needs the ``otel`` extra)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from storage.layers.otel import TelemetryChatStorage
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return TelemetryChatStorage(
+        inner, secret="conformance", tracer_provider=tracer_provider, meter_provider=meter_provider
+    )
+
+
 LAYERINGS: Mapping[str, Callable[[ChatStorage], ChatStorage]] = {
     "plain": lambda store: store,
     "scrub": scrubbed,
     "summarize::scrub": lambda store: summarized(scrubbed(store)),
+    "otel::summarize::scrub": lambda store: observed(summarized(scrubbed(store))),
 }
 """The stacks the protocol and ability tests run on, by name: each wraps the base store."""
+
+DEFAULT_LAYERINGS: tuple[str, ...] = ("plain", "scrub", "summarize::scrub")
+"""The layerings a ``ConformanceSuite`` runs on unless it names others (``otel::...`` needs
+the ``otel`` extra)."""

@@ -12,12 +12,19 @@ from storage.testing.ability_tests import AbilityTests
 from storage.testing.differential_tests import DifferentialTests
 from storage.testing.encryption_tests import EncryptionFaultTests
 from storage.testing.fault_tests import FaultTests
-from storage.testing.harness import LAYERINGS, ServerControl, StoreHarness, open_store
+from storage.testing.harness import (
+    DEFAULT_LAYERINGS,
+    LAYERINGS,
+    ServerControl,
+    StoreHarness,
+    open_store,
+)
 from storage.testing.layer_tests import LayerPathTests
 from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
 from storage.testing.retention_tests import RetentionTests
+from storage.testing.session_tests import SessionAbilityTests
 from storage.testing.timetravel_tests import TimeTravelTests
 
 __all__ = ["ConformanceSuite"]
@@ -26,6 +33,7 @@ __all__ = ["ConformanceSuite"]
 class ConformanceSuite(
     ProtocolTests,
     AbilityTests,
+    SessionAbilityTests,
     ReplaceTests,
     DifferentialTests,
     FaultTests,
@@ -41,8 +49,8 @@ class ConformanceSuite(
         backends: anyio backends to run on (default asyncio and trio; a store whose driver
             is asyncio-only sets ``("asyncio",)``).
         layerings: names of :data:`storage.testing.harness.LAYERINGS` the protocol and
-            ability tests run on (default: all of them: ``plain``, ``scrub``,
-            ``summarize::scrub``).
+            ability tests run on (default ``plain``, ``scrub``, ``summarize::scrub``; also
+            ``otel::summarize::scrub``, which needs the ``otel`` extra).
 
     Fixtures a subclass provides:
         harness: a :class:`~storage.testing.harness.StoreHarness` (required).
@@ -56,7 +64,7 @@ class ConformanceSuite(
 
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
     backends: ClassVar[tuple[str, ...]] = ("asyncio", "trio")
-    layerings: ClassVar[tuple[str, ...]] = tuple(LAYERINGS)
+    layerings: ClassVar[tuple[str, ...]] = DEFAULT_LAYERINGS
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize every test over the layerings it uses and the backends."""

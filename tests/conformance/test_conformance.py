@@ -78,6 +78,13 @@ class TestSQLite(BuiltinSuite):
     name = "sqlite"
 
 
+class TestOtelSQLite(BuiltinSuite):
+    """The otel layer outermost over the production layering, on the default store."""
+
+    name = "sqlite"
+    layerings = ("otel::summarize::scrub",)
+
+
 class TestJsonl(BuiltinSuite):
     name = "jsonl"
 
@@ -128,3 +135,22 @@ class TestPostgres(BuiltinSuite):
             restart=server.start,
             password=password,
         )
+
+
+class TestMirror(RealData, ConformanceSuite):
+    """The ``mirror`` layer over SQLite (its secondary another SQLite file) is a store like
+    any other: every rule of the kit, with the protocol and ability tests on the bare stack."""
+
+    layerings = ("plain",)
+
+    @pytest.fixture
+    def harness(self, tmp_path: Path) -> StoreHarness:
+        from storage.layers.mirroring import MirrorChatStorage
+        from storage.stores.sqlite import SQLiteChatStorage
+
+        def open_mirror(**options: Any) -> ChatStorage:
+            primary = SQLiteChatStorage(tmp_path / "primary.db", **options)
+            secondary = SQLiteChatStorage(tmp_path / "secondary.db", **options)
+            return MirrorChatStorage(primary, secondary=secondary)
+
+        return StoreHarness(open=open_mirror, url=None)

@@ -35,7 +35,7 @@ from storage.abilities import ConversationRecord
 from storage.codec import decode, encode
 from storage.errors import CorruptRecordError
 from storage.layers.encrypting.cipher import is_token, open_token, seal, token_key_id
-from storage.message import ChatKey, ChatMessage, ToolCall, _with_created_at, thaw
+from storage.message import ChatKey, ChatMessage, ToolCall, thaw, with_created_at
 
 __all__ = [
     "CHECKPOINT",
@@ -148,7 +148,7 @@ def open_message(
             f"{where}: message {stored.id!r}: the sealed id or role differs from the stored one"
         )
     if stored.created_at is not None and message.created_at != stored.created_at:
-        message = _with_created_at(message, stored.created_at)
+        message = with_created_at(message, stored.created_at)
     return message
 
 

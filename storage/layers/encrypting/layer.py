@@ -36,6 +36,7 @@ from storage.layers.encrypting.vault import PlaceholderVault
 from storage.layers.payload import PayloadLayer
 from storage.message import ChatKey, check_key_part
 from storage.protocol import ChatStorage
+from storage.telemetry import emit
 
 __all__ = ["EncryptingChatStorage"]
 
@@ -182,6 +183,7 @@ class EncryptingChatStorage(RecordsAndVault, Sealing, PayloadLayer):
         await gate.begin_erasure(user_id)  # writes of this user in flight finish first
         try:
             await self._keys.destroy(user_id)
+            emit("data_key_destroyed")
             self._cache.discard(user_id)
             if self.vault is not None:
                 self.vault.drop_user(user_id)

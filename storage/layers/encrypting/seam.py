@@ -31,6 +31,7 @@ from storage.layers.encrypting.envelope import (
 from storage.layers.payload import Down, Send, Up
 from storage.message import AgentMessage, ChatKey, ChatMessage
 from storage.stores.derived import DerivedLog
+from storage.telemetry import recorder, span
 
 if TYPE_CHECKING:
     from storage.layers.encrypting.vault import PlaceholderVault
@@ -100,7 +101,9 @@ class Sealing:
             entry, data_key = await self._keys.writer(user_id)
             if domain is MESSAGE and self.vault is not None:
                 await self._flush_vault(key, data_key)
-            stored = await send(self._seal(data_key, key, messages, domain))
+            with span("encrypt", key, messages=len(messages), what=what):
+                sealed = self._seal(data_key, key, messages, domain)
+            stored = await send(sealed)
             if what == "history":
                 self._cache.views.pop(key, None)
             await self._keys.after_write(key, entry)
@@ -128,7 +131,12 @@ class Sealing:
             ConfigError: the data key is wrapped by a master key that is not configured.
         """
         if what != "checkpoint":
-            return await self._read(key, messages, whole=what == "history")
+            if recorder() is None:
+                return await self._read(key, messages, whole=what == "history")
+            with span("decrypt", key, messages=len(messages), what=what) as handle:
+                opened = await self._read(key, messages, whole=what == "history")
+                handle.set("messages.opened", len(opened))
+                return opened
         data_key = await self._live(key.user_id)
         try:
             return await self._open_all(data_key, key, messages, CHECKPOINT)

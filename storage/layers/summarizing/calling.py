@@ -10,6 +10,7 @@ from storage.errors import SummarizerError
 from storage.layers.summarizing.projection import check_result
 from storage.message import ChatMessage
 from storage.summarizer import ChatSummarizer
+from storage.telemetry import AttributeValue, recorder
 
 __all__ = ["describe_summarizer", "run_summarizer"]
 
@@ -20,7 +21,8 @@ async def run_summarizer(
     keep_last: int,
     time_limit: float | None,
 ) -> list[ChatMessage]:
-    """``summarizer(list(source), keep_last)``, checked.
+    """``summarizer(list(source), keep_last)``, checked; a ``summarize`` span of the
+    telemetry hook when a recorder listens (:mod:`storage.telemetry`).
 
     Args:
         summarizer: the summarizer.
@@ -32,12 +34,48 @@ async def run_summarizer(
         SummarizerError: the summarizer raised (the original is the ``__cause__``), timed out,
             or returned a result that breaks rule 7.
     """
+    listener = recorder()
+    if listener is None:
+        result = await _call(summarizer, source, keep_last, time_limit)
+        check_result(result, source, keep_last)
+        return result
+    attributes: dict[str, AttributeValue] = {
+        "messages": len(source),
+        "keep_last": keep_last,
+        "summarizer": _kind(summarizer),
+    }
+    with listener.span("summarize", None, attributes) as handle:
+        tokens = listener.tokens(source)
+        if tokens is not None:
+            handle.set("tokens.raw", tokens)
+        try:
+            result = await _call(summarizer, source, keep_last, time_limit)
+        except SummarizerError as exc:
+            handle.set("outcome", "timeout" if isinstance(exc.__cause__, TimeoutError) else "error")
+            raise
+        try:
+            check_result(result, source, keep_last)
+        except SummarizerError:
+            handle.set("outcome", "refused")
+            raise
+        handle.set("messages.result", len(result))
+        tokens = listener.tokens(result)
+        if tokens is not None:
+            handle.set("tokens.view", tokens)
+        return result
+
+
+async def _call(
+    summarizer: ChatSummarizer,
+    source: Sequence[ChatMessage],
+    keep_last: int,
+    time_limit: float | None,
+) -> list[ChatMessage]:
     try:
         if time_limit is None:
-            result = await summarizer(list(source), keep_last)
-        else:
-            with anyio.fail_after(time_limit):
-                result = await summarizer(list(source), keep_last)
+            return await summarizer(list(source), keep_last)
+        with anyio.fail_after(time_limit):
+            return await summarizer(list(source), keep_last)
     except TimeoutError as exc:
         raise SummarizerError(
             f"summarizer timed out after {time_limit} s; no message was lost"
@@ -48,8 +86,11 @@ async def run_summarizer(
         raise SummarizerError(
             f"summarizer failed ({type(exc).__name__}: {exc}); no message was lost"
         ) from exc
-    check_result(result, source, keep_last)
-    return result
+
+
+def _kind(summarizer: object) -> str:
+    """The summarizer's class name (never its ``describe()``, which may name a model URL)."""
+    return type(summarizer).__name__
 
 
 def describe_summarizer(summarizer: object) -> str:

@@ -31,10 +31,12 @@ from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import leading_summaries, serve, start_right
 from storage.layers.summarizing.provenance import Recorder
+from storage.layers.summarizing.reporting import CompactionReport, compaction_span
 from storage.layers.summarizing.state import KeyStates, MemoryState
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 from storage.summarizer import ChatSummarizer
+from storage.telemetry import NULL_SPAN, recorder
 
 __all__ = ["MemoryViews", "install", "pinned_of", "source"]
 
@@ -194,7 +196,33 @@ class MemoryViews(BaseViews[MemoryState]):
     ) -> None:
         """Run the summarizer on ``source``; called with ``state.lock`` held and
         ``state.summarizing`` already set (so no save can slip between snapshot and call).
-        ``policy``: what a failure does (default: the layer's)."""
+        ``policy``: what a failure does (default: the layer's). A ``compaction`` span of the
+        telemetry hook when a recorder listens."""
+        listener = recorder()
+        if listener is None:
+            return await self._compact(state, key, source, activation, policy, None)
+        trigger = (
+            "manual"
+            if policy is not None
+            else "inline"
+            if self.background is None
+            else "background"
+        )
+        with compaction_span(listener, key, state, trigger, "memory") as report:
+            if state.view is None:
+                report.set("messages.before", len(source))
+            await self._compact(state, key, source, activation, policy, report)
+
+    async def _compact(
+        self,
+        state: MemoryState,
+        key: ChatKey,
+        source: list[ChatMessage],
+        activation: bool,
+        policy: Policy | None,
+        report: CompactionReport | None,
+    ) -> None:
+        """:meth:`_summarize` (``report``: the span, told what came of it)."""
         policy = policy or self.policy
         accepted: list[ChatMessage] | None = None
         self.counts.summarizer_calls += 1
@@ -223,6 +251,10 @@ class MemoryViews(BaseViews[MemoryState]):
                 if accepted != body:  # an unchanged view: nothing could be summarized
                     self.counts.summaries_made += 1
                     state.compactions = next(self._compaction_seq)
+                    if report is not None:
+                        report.installed(state.view)
+                elif report is not None:
+                    report.set("outcome", "unchanged")
                 policy.settle(state)
             elif state.view is None and activation:
                 if policy.fallback:  # serve the raw window until a retry succeeds
@@ -230,6 +262,8 @@ class MemoryViews(BaseViews[MemoryState]):
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
             # On failure an active view already holds source + pending.
+            if accepted is None and report is not None and policy.fallback:
+                report.set("outcome", "error")  # absorbed: a fallback view is served
 
     def _drop_if_cold(self, key: ChatKey, state: MemoryState) -> None:
         if state.view is None and not state.lock.statistics().tasks_waiting:
@@ -252,9 +286,18 @@ class MemoryViews(BaseViews[MemoryState]):
                 raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
             if summary is not None:
                 # The leading system/developer prompt stays first, ahead of the summary.
-                install(state, pinned_of(messages), [summary])
-                state.hold = None
-                state.compactions = next(self._compaction_seq)
+                listener = recorder()
+                with (
+                    NULL_SPAN
+                    if listener is None
+                    else compaction_span(listener, key, state, "manual", "memory")
+                ) as report:
+                    report.set("kind", "given")
+                    install(state, pinned_of(messages), [summary])
+                    state.hold = None
+                    state.compactions = next(self._compaction_seq)
+                    if isinstance(report, CompactionReport):
+                        report.installed(state.view)
             else:
                 state.summarizing = True
                 state.pending = []

@@ -33,9 +33,11 @@ from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import serve
 from storage.layers.summarizing.provenance import Recorder
+from storage.layers.summarizing.reporting import compaction_span
 from storage.layers.summarizing.state import KeyStates, StoreState
 from storage.message import ChatKey, ChatMessage
 from storage.summarizer import ChatSummarizer
+from storage.telemetry import NULL_SPAN, SpanHandle, recorder
 
 __all__ = ["StoreViews", "check_limit"]
 
@@ -195,18 +197,33 @@ class StoreViews(BaseViews[StoreState]):
 
     async def _summarize(self, state: StoreState, key: ChatKey, *, force: bool) -> bool:
         """Summarize the key's view under its lease and store the checkpoint (called with
-        ``state.lock`` held). Returns True when a new checkpoint was installed.
+        ``state.lock`` held). Returns True when a new checkpoint was installed. A
+        ``compaction`` span of the telemetry hook when a recorder listens.
 
         Raises:
             SummarizerError: the summarizer failed or its result was refused.
             ConflictError: ``force`` and another worker holds the lease.
         """
-        store, compaction = self.store, self.compaction
-        if not force and not compaction.may_cut(state):
+        if not force and not self.compaction.may_cut(state):
             return False  # every instance finds the same (a pure function of the view)
+        listener = recorder()
+        if listener is None:
+            return await self._compact(state, key, force, NULL_SPAN)
+        trigger = "manual" if force else "inline" if self.background is None else "background"
+        with compaction_span(listener, key, state, trigger, "store") as report:
+            installed = await self._compact(state, key, force, report)
+            report.installed(state.view if installed else None)
+            return installed
+
+    async def _compact(
+        self, state: StoreState, key: ChatKey, force: bool, report: SpanHandle
+    ) -> bool:
+        """:meth:`_summarize` (``report``: the span, told why nothing was installed)."""
+        store, compaction = self.store, self.compaction
         async with fleet.lease(store, key, self.owner, self.options.lease_ttl) as held:
             if not held:
                 self.counts.lease_busy += 1
+                report.set("outcome", "lease_busy")
                 if force:
                     raise self._busy(key)
                 return False
@@ -216,6 +233,7 @@ class StoreViews(BaseViews[StoreState]):
                 assert view is not None
                 assert state.head is not None
                 if not force and not self.policy.due(state):
+                    report.set("outcome", "unchanged")
                     return False  # another worker summarized it meanwhile
                 n_summary = state.n_summary
                 n_tail = state.sequenced_len()
@@ -231,6 +249,7 @@ class StoreViews(BaseViews[StoreState]):
             calls = self.counts.summarizer_calls
             made = await compaction.compose(state, work, self.summarizer, self.summarizer_name)
             if made is None or (made[1] <= covers and made[0] == head):
+                report.set("outcome", "unchanged")
                 if self.counts.summarizer_calls != calls:
                     # The summarizer kept everything: wait for new material (this process
                     # only: nothing was stored). Without a call every instance finds the
@@ -238,6 +257,7 @@ class StoreViews(BaseViews[StoreState]):
                     self.policy.settle(state)
                 return False
             messages, covers_to, name = made
+            report.set("kind", "trim" if name == "trim" else "summary")
             # The hold is decided from what is stored (the checkpoint and the raw messages
             # after it), and stored with it, so every instance holds the key alike.
             kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]
@@ -245,7 +265,10 @@ class StoreViews(BaseViews[StoreState]):
             hold = self.policy.hold_for(size, sum(1 for m in kept if m.role == "user"))
             messages = with_hold(messages, hold, state.unit)
             new = fleet.new_checkpoint(messages, covers_to, epoch, name, datetime.now(UTC))
-            return await self._store_checkpoint(state, key, new, base_version)
+            stored = await self._store_checkpoint(state, key, new, base_version)
+            if not stored:
+                report.set("outcome", "conflict")
+            return stored
 
     async def _store_checkpoint(
         self, state: StoreState, key: ChatKey, checkpoint: SummaryCheckpoint, base_version: int
@@ -304,6 +327,16 @@ class StoreViews(BaseViews[StoreState]):
             return list(state.view)
 
     async def _install_manual(self, state: StoreState, key: ChatKey, message: ChatMessage) -> None:
+        listener = recorder()
+        if listener is None:
+            return await self._install_given(state, key, message)
+        with compaction_span(listener, key, state, "manual", "store") as report:
+            report.set("kind", "given")
+            await self._install_given(state, key, message)
+            report.installed(state.view)
+        return None
+
+    async def _install_given(self, state: StoreState, key: ChatKey, message: ChatMessage) -> None:
         store = self.store
         async with fleet.lease(store, key, self.owner, self.options.lease_ttl) as held:
             if not held:

@@ -13,7 +13,7 @@ from storage.layers.strict import StrictViewChatStorage, strict_view
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.summarizing.provenance import KIND, record_id
 from storage.layers.transforming import TransformingChatStorage
-from storage.message import ChatKey, ChatMessage, ToolCall
+from storage.message import ChatKey, ChatMessage
 from storage.pii import PIIScrubber
 from storage.stores.memory import InMemoryChatStorage
 

@@ -243,4 +243,6 @@ def test_the_clients_refuse_the_old_two_system_shape() -> None:
         ChatMessage("user", "b"),
     ]
     assert "anthropic" in refusals(unanswered)
+    orphan = [old[0], ChatMessage("user", "a"), ChatMessage("tool", "r", tool_call_id="zz")]
+    assert "Unexpected role 'tool'" in refusals(orphan)["mistral-common"]
     assert set(CLIENTS) >= set(refused)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.codec import DecodeCache, decode, encode
-from storage.message import ChatKey, ChatMessage, ToolCall, _with_created_at
+from storage.message import ChatKey, ChatMessage, ToolCall, with_created_at
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from tests.paths import REPO
@@ -93,7 +93,7 @@ def test_decode_builds_the_same_frozen_message_as_the_constructor() -> None:
 def test_with_created_at_equals_evolve() -> None:
     for message in odd_messages():
         later = NOW + timedelta(days=1)
-        assert _with_created_at(message, later) == attrs.evolve(message, created_at=later)
+        assert with_created_at(message, later) == attrs.evolve(message, created_at=later)
 
 
 def test_decode_cache_keeps_to_its_budget_and_never_floods() -> None:

@@ -1,0 +1,223 @@
+"""``verify(source, target)``: compare two stacks conversation by conversation.
+
+Both are read through their record parts (:func:`~storage.migrate.sides.record_side`):
+the keys, then per key the messages (ids, order, every field), the summary checkpoint
+(summarizer, time, the message it covers by id, since sequence numbers are each store's
+own, and its summary messages) and the records (ids, order, kind, data, time). The walk
+stops at the first difference and names it. With ``views``, it also fetches each
+conversation through both whole stacks (a ``summarize::`` layer serves checkpoint + tail)
+and compares what the model would see, counting the summarizer calls that took.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from storage.abilities import ConversationRecord, SummaryCheckpoint
+from storage.config.stack import components
+from storage.message import ChatKey, ChatMessage
+from storage.migrate.sides import Side, Snapshot, key_order, read_snapshot, record_side
+from storage.protocol import ChatStorage
+
+__all__ = ["Difference", "VerifyReport", "compare_messages", "verify"]
+
+_FIELDS = (
+    "id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "created_at",
+    "metadata",
+    "extra",
+)
+_RECORD_FIELDS = ("id", "kind", "data", "created_at")
+
+
+@attrs.frozen
+class Difference:
+    """The first difference found: ``key`` and ``what`` differs (one sentence)."""
+
+    key: ChatKey
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.what}"
+
+
+@attrs.define
+class VerifyReport:
+    """What a comparison read, and the first difference (``None``: equal).
+
+    Attributes:
+        keys, messages, checkpoints, records: compared (of the source).
+        views: conversations whose model views were compared (``views=True``).
+        summarizer_calls: summarizer calls the target stack made to serve those views;
+            ``source_summarizer_calls``: the same for the source.
+        difference: the first difference, or ``None``.
+        seconds: wall time of the run.
+    """
+
+    keys: int = 0
+    messages: int = 0
+    checkpoints: int = 0
+    records: int = 0
+    views: int = 0
+    summarizer_calls: int = 0
+    source_summarizer_calls: int = 0
+    difference: Difference | None = None
+    seconds: float = 0.0
+
+    @property
+    def equal(self) -> bool:
+        return self.difference is None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = attrs.asdict(self, filter=lambda a, _: a.name != "difference")
+        out["equal"] = self.equal
+        if self.difference is not None:
+            key = self.difference.key
+            out["difference"] = {
+                "user_id": key.user_id,
+                "session_id": key.session_id,
+                "agent_id": key.agent_id,
+                "what": self.difference.what,
+            }
+        return out
+
+
+def compare_messages(
+    ours: Sequence[ChatMessage], theirs: Sequence[ChatMessage], what: str = "message"
+) -> str | None:
+    """The first difference between two message lists (``None``: equal): a count, an id
+    or a field, named with the position and the id."""
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a.id != b.id:
+            return f"{what} {index}: id {a.id!r} in the source, {b.id!r} in the target"
+        for name in _FIELDS[1:]:
+            if getattr(a, name) != getattr(b, name):
+                return f"{what} {index} (id {a.id!r}): {name} differs"
+    if len(ours) != len(theirs):
+        extra = ours[len(theirs)] if len(ours) > len(theirs) else theirs[len(ours)]
+        where = "source" if len(ours) > len(theirs) else "target"
+        return (
+            f"{len(ours)} {what}s in the source, {len(theirs)} in the target "
+            f"(first only in the {where}: {what} {min(len(ours), len(theirs))}, "
+            f"id {extra.id!r})"
+        )
+    return None
+
+
+def _compare_records(
+    ours: Sequence[ConversationRecord], theirs: Sequence[ConversationRecord]
+) -> str | None:
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        for name in _RECORD_FIELDS:
+            if getattr(a, name) != getattr(b, name):
+                return f"record {index} (id {a.id!r}): {name} differs"
+    if len(ours) != len(theirs):
+        return f"{len(ours)} records in the source, {len(theirs)} in the target"
+    return None
+
+
+def _compare_checkpoints(src: Snapshot, tgt: Snapshot) -> str | None:
+    a: SummaryCheckpoint | None = src.checkpoint
+    b: SummaryCheckpoint | None = tgt.checkpoint
+    if a is None and b is None:
+        return None
+    if a is None or b is None:
+        return f"a summary checkpoint only in the {'source' if b is None else 'target'}"
+    if src.covered_id() != tgt.covered_id():
+        return (
+            f"the summary covers up to message {src.covered_id()!r} in the source, "
+            f"{tgt.covered_id()!r} in the target"
+        )
+    if a.summarizer != b.summarizer:
+        return f"summary made by {a.summarizer!r} in the source, {b.summarizer!r} in the target"
+    if a.created_at != b.created_at:
+        return "the summary checkpoints were made at different times"
+    return compare_messages(a.messages, b.messages, "summary message")
+
+
+def compare_snapshots(src: Snapshot, tgt: Snapshot) -> str | None:
+    """The first difference between one conversation's two snapshots (``None``: equal)."""
+    return (
+        compare_messages(src.messages, tgt.messages)
+        or _compare_checkpoints(src, tgt)
+        or _compare_records(src.records, tgt.records)
+    )
+
+
+async def _compare_key(
+    source: ChatStorage,
+    target: ChatStorage,
+    src: Side,
+    tgt: Side,
+    key: ChatKey,
+    report: VerifyReport,
+    views: bool,
+) -> Difference | None:
+    a = await read_snapshot(src, key)
+    b = await read_snapshot(tgt, key)
+    report.keys += 1
+    report.messages += len(a.messages)
+    report.checkpoints += a.checkpoint is not None
+    report.records += len(a.records)
+    if b.empty and not a.empty:
+        return Difference(key, "not in the target")
+    what = compare_snapshots(a, b)
+    if what is None and views:
+        report.views += 1
+        what = compare_messages(await source.fetch(key), await target.fetch(key), "view message")
+    return None if what is None else Difference(key, what)
+
+
+def _calls(stack: object) -> int:
+    return sum(
+        int(getattr(c, "summarizer_calls", 0))
+        for c in components(stack)
+        if isinstance(getattr(c, "summarizer_calls", None), int)
+    )
+
+
+async def verify(
+    source: ChatStorage,
+    target: ChatStorage,
+    *,
+    views: bool = False,
+    on_key: Callable[[], None] | None = None,
+    on_keys: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Compare ``source`` and ``target`` key by key (see the module); stop at the first
+    difference.
+
+    Raises:
+        ConfigError: a side cannot list its conversations.
+        ChatStorageError: from either store.
+    """
+    started = time.perf_counter()
+    src, tgt = record_side(source), record_side(target)
+    report = VerifyReport()
+    ours, theirs = await src.keys(), await tgt.keys()
+    if on_keys is not None:
+        on_keys(len(ours))
+    calls, source_calls = _calls(target), _calls(source)
+    listed = set(ours)
+    for key in sorted(listed | set(theirs), key=key_order):
+        if key not in listed:
+            report.difference = Difference(key, "only in the target")
+            break
+        report.difference = await _compare_key(source, target, src, tgt, key, report, views)
+        if on_key is not None:
+            on_key()
+        if report.difference is not None:
+            break
+    report.summarizer_calls = _calls(target) - calls
+    report.source_summarizer_calls = _calls(source) - source_calls
+    report.seconds = time.perf_counter() - started
+    return report
