@@ -10,12 +10,16 @@ the conversation like any record (erased with it, through every layer below: enc
 
     {"reply": "<id>", "at": "2025-...", "limit": null, "window": null, "n": 14, "head": 1,
      "served": 14, "last": "<id of the view's last message>", "version": 3,
-     "epoch": "...", "covers_to": 812, "compaction": 0}
+     "made": "2025-...", "covers_to": 812, "compaction": 0}
 
 :func:`rebuild` makes the view again: the record as it stood at the view's last message
 (:meth:`~storage.abilities.Timeline.entries`), checkpoint ``version`` as it was stored then
 (stores keep every version), projected and windowed as the fetch did; any mismatch with what
-was noted (the view's length, its last message) means it cannot be known: ``None``. In memory
+was noted (the view's length, its last message) means it cannot be known: ``None``. The
+checkpoint is recognised by when it was made (``made``, its ``created_at``), not by the
+store's epoch or sequence numbers: a copy of the key in another store (``chatlayers
+migrate``) numbers its record and versions its own way, and when version ``version`` there is
+not that checkpoint, the one made then is looked for among the key's versions. In memory
 mode a summary lives in this process only, so a view that held one is rebuilt while this
 instance still holds that compaction (``compaction``), else ``None``.
 """
@@ -144,7 +148,7 @@ class Recorder:
             "served": served,
             "last": last,
             "version": checkpoint.version if checkpoint is not None else 0,
-            "epoch": checkpoint.epoch if checkpoint is not None else "",
+            "made": checkpoint.created_at.isoformat() if checkpoint is not None else "",
             "covers_to": checkpoint.covers_to if checkpoint is not None else 0,
             "compaction": compaction,
         }
@@ -196,10 +200,10 @@ async def _rebuild(
     head: list[ChatMessage]
     covers_to = 0
     if version:
-        checkpoint = await _version(checkpoints, key, version)
-        if checkpoint is None or checkpoint.epoch != data["epoch"]:
+        checkpoint = await _made(checkpoints, key, version, timeline.head.checkpoint_version, data)
+        if checkpoint is None:
             return None
-        covers_to = checkpoint.covers_to
+        version, covers_to = checkpoint.version, checkpoint.covers_to
         head = view_form(checkpoint.messages)
         raw = [m for seq, m in entries if seq > covers_to]
     elif compaction:
@@ -231,10 +235,21 @@ async def _rebuild(
     )
 
 
-async def _version(
-    checkpoints: CheckpointStorage | None, key: ChatKey, version: int
+async def _made(
+    checkpoints: CheckpointStorage | None, key: ChatKey, version: int, newest: int, data: Any
 ) -> SummaryCheckpoint | None:
+    """The checkpoint version the view started with: ``version`` when it is the one made at
+    ``data["made"]``, else the newest version made then (a copy numbers versions its own
+    way), else ``None``."""
     if checkpoints is None:
         return None
+    made = data.get("made")
+    if not isinstance(made, str) or not made:
+        return None
     load: Callable[..., Awaitable[SummaryCheckpoint | None]] = checkpoints.load_checkpoint
-    return await load(key, version=version)
+    tried = [version, *(v for v in range(max(newest, version), 0, -1) if v != version)]
+    for number in tried:
+        found = await load(key, version=number)
+        if found is not None and found.created_at.isoformat() == made:
+            return found
+    return None

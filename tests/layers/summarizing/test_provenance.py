@@ -98,7 +98,7 @@ async def test_the_link_is_one_record_of_chatlayers_own_kind_never_scrubbed() ->
         "served",
         "last",
         "version",
-        "epoch",
+        "made",
         "covers_to",
         "compaction",
     }
