@@ -290,7 +290,10 @@ class AbilityRecorder(Recorder):
 SUMMARY = ChatMessage("system", "summary", metadata={"chatlayers": {"summary": True}})
 # Reads a layer makes of the store below after the call itself: a mirror finds the message
 # a saved checkpoint covers, to cover the same one on its secondary.
-EXTRA_READS: dict[str, set[str]] = {"mirror": {"fetch_since", "head"}}
+# After a fork, it copies the fork as the primary made it (the primary read as migrate does).
+EXTRA_READS: dict[str, set[str]] = {
+    "mirror": {"fetch_since", "head", "fetch_timeline", "load_checkpoint", "fetch_records"}
+}
 # One call of each ability method, with arguments every layer accepts.
 ABILITY_CALLS: dict[str, Any] = {
     "list_keys": lambda s: s.list_keys(),
