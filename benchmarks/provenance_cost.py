@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 from storage.cli import main as chatlayers
-from storage.codec import decode
 from storage.cli.replay import REPLAY_URL
+from storage.codec import decode
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data"
 _PROVENANCE = ("records", "records_by_id", "records_by_key")

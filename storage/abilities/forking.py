@@ -40,7 +40,8 @@ def check_fork(key: object, new_key: object, at: object) -> tuple[ChatKey, ChatK
     for name, value in (("key", key), ("new_key", new_key)):
         if not isinstance(value, ChatKey):
             raise InvalidKeyError(f"fork: {name} must be a ChatKey, got {type(value).__name__}")
-    assert isinstance(key, ChatKey) and isinstance(new_key, ChatKey)
+    assert isinstance(key, ChatKey)
+    assert isinstance(new_key, ChatKey)
     if new_key == key:
         raise InvalidArgumentError(f"fork: new_key is the key itself ({key})")
     if new_key.user_id != key.user_id:

@@ -36,7 +36,7 @@ async def _write(spec: dict[str, Any]) -> None:
     key = ChatKey(*spec["key"])
     async with open_storage(spec["url"]) as store:
         if "rewind" in spec:
-            hidden = await store.rewind(key, spec["rewind"])  # type: ignore[attr-defined]
+            hidden = await store.rewind(key, spec["rewind"])
             sys.stdout.write(f"rewound {hidden}\n")
             sys.stdout.flush()
             return

@@ -273,7 +273,8 @@ class TimeTravelTests:
         second = await _checkpoint(cps, KEY, "second", tail.seqs[3], 1)
         assert (first.version, second.version) == (1, 2)
         old = await cps.load_checkpoint(KEY, version=1)
-        assert old is not None and old.messages[0].text == "first"
+        assert old is not None
+        assert old.messages[0].text == "first"
         assert (old.covers_to, old.epoch) == (tail.seqs[1], tail.head.epoch)
         assert (await cps.load_checkpoint(KEY, version=2)).messages[0].text == "second"  # type: ignore[union-attr]
         assert await cps.load_checkpoint(KEY, version=3) is None
@@ -294,7 +295,8 @@ class TimeTravelTests:
         assert await travel.rewind(KEY, "m3") == 2  # the checkpoint covers only kept ones
         kept = await cps.load_checkpoint(KEY)
         head = await cps.head(KEY)
-        assert kept is not None and kept.messages[0].text == "up to m1"
+        assert kept is not None
+        assert kept.messages[0].text == "up to m1"
         assert (kept.version, kept.epoch, head.checkpoint_version) == (2, head.epoch, 2)
         assert await travel.rewind(KEY, "m0") == 3  # now it covers a hidden message
         assert await cps.load_checkpoint(KEY) is None
@@ -304,7 +306,7 @@ class TimeTravelTests:
         made = await _checkpoint(cps, KEY, "after", (await cps.fetch_since(KEY, 0)).seqs[0], 2)
         assert made.version == 3
         await store.save(KEY, msg("new", "assistant", id="new"))
-        hidden_seq = [s for s, m in zip(tail.seqs, tail.messages, strict=True) if m.id == "m5"][0]
+        hidden_seq = next(s for s, m in zip(tail.seqs, tail.messages, strict=True) if m.id == "m5")
         refused = SummaryCheckpoint((summary_message("s"),), hidden_seq, head.epoch, "t", T0)
         assert await cps.save_checkpoint(KEY, refused, expected_version=3) is None
 
@@ -324,7 +326,8 @@ class TimeTravelTests:
         assert carried.epoch == fork_tail.head.epoch
         assert await travel.fork(KEY, SIBLING, at="m2") == 3  # an older version covers m0-m1
         older = await cps.load_checkpoint(SIBLING)
-        assert older is not None and older.messages[0].text == "up to m1"
+        assert older is not None
+        assert older.messages[0].text == "up to m1"
         assert older.covers_to == (await cps.fetch_since(SIBLING, 0)).seqs[1]
         third = ChatKey(KEY.user_id, "session-3", KEY.agent_id)
         assert await travel.fork(KEY, third, at="m0") == 1  # nothing covers only m0
@@ -383,7 +386,8 @@ class TimeTravelTests:
         assert set(found.kinds[1:]) == {"verbatim"}
         assert found.checkpoint_version >= 1
         omitted = _ids(list(found.omitted))
-        assert omitted and set(omitted) <= {f"m{i}" for i in range(12)}  # summarized
+        assert omitted
+        assert set(omitted) <= {f"m{i}" for i in range(12)}
         assert await travel.provenance(KEY, "r") is None  # a store records no view
         # A window: the reply to a fetch with a limit answered that window.
         window = await layer.fetch(KEY, limit=2)
@@ -397,11 +401,13 @@ class TimeTravelTests:
         assert await layer.rewind(KEY, "x9") == 0  # the newest
         assert await layer.rewind(KEY, "x5") == 4
         again = await layer.provenance(KEY, "r")
-        assert again is not None and list(again.messages) == view
+        assert again is not None
+        assert list(again.messages) == view
         if harness.persistent:
             worker = SummarizingChatStorage(inner, trigger_at=2, keep_last=1)
             other = await worker.provenance(KEY, "r")
-            assert other is not None and list(other.messages) == view
+            assert other is not None
+            assert list(other.messages) == view
         # A reply saved without a fetch before it, and a message that is no reply: unknown.
         await layer.save(KEY, msg("unprompted", "assistant", id="u"))
         assert await layer.provenance(KEY, "u") is None

@@ -1,11 +1,12 @@
 """``BaseStore``: every template together, and what a store class declares by its hooks.
 
 A store offers an optional ability exactly when it implements that ability's hooks
-(:data:`ABILITY_HOOKS`, and those :data:`REQUIRED_HOOKS` names); the base hides the public methods of an ability whose hooks a store
-does not implement (they are ``None`` on the class, which is how a ``runtime_checkable``
-protocol is told "not this one"), so :func:`storage.abilities.find_ability` never finds a
-method that would raise ``NotImplementedError``. Implementing only some hooks of an ability
-is a ``TypeError`` when the class is made. A store class that sets a public method of an
+(:data:`ABILITY_HOOKS`, and those :data:`REQUIRED_HOOKS` names); the base hides the public
+methods of an ability whose hooks a store does not implement (they are ``None`` on the
+class, which is how a ``runtime_checkable`` protocol is told "not this one"), so
+:func:`storage.abilities.find_ability` never finds a method that would raise
+``NotImplementedError``. Implementing only some hooks of an ability is a ``TypeError`` when
+the class is made. A store class that sets a public method of an
 ability to ``None`` itself hides that ability, whatever its bases implement.
 """
 

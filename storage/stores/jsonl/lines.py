@@ -181,7 +181,9 @@ def check_header(line: bytes) -> None:
 def hide_line(line: bytes, rewind_seq: int) -> bytes:
     """The hidden line of a message line without a batch mark (:func:`single_line`)."""
     head = _head(line)
-    assert head is not None and head[1] is None and line.startswith(_V1, head[2])
+    assert head is not None
+    assert head[1] is None
+    assert line.startswith(_V1, head[2])
     return b'{"seq":%d,%b%d,%b' % (head[0], _HID, rewind_seq, line[head[2] + len(_V1) :])
 
 
@@ -312,7 +314,9 @@ def parse_id(line: bytes) -> Parsed[IdKey] | None:
         if head[1] is not None:
             return None
         parsed = decode_entry(line)
-        return None if parsed is None else (head[0], None, record_key(parsed[2].id))
+        if parsed is None or not isinstance(parsed[2], ConversationRecord):
+            return None
+        return head[0], None, record_key(parsed[2].id)
     found = _quick_id(line, head[2])
     return None if found is None else (head[0], head[1], found)
 

@@ -169,11 +169,15 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
     data, found = read_whole(paths.data)
     # The whole record, rewound messages included (they are purged like any other).
     items = [item for _, _, item in found.entries if type(item) is not ConversationRecord]
-    messages = [item.message if type(item) is Hidden else item for item in items]
-    old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]  # type: ignore[union-attr]
+    messages = [
+        item.message if isinstance(item, Hidden) else item
+        for item in items
+        if isinstance(item, (ChatMessage, Hidden))
+    ]
+    old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]
     if not any(old):
         return 0
-    drop, _ = purge_mask(messages, old)  # type: ignore[arg-type]
+    drop, _ = purge_mask(messages, old)
     doomed = {id(item) for item, gone in zip(items, drop, strict=True) if gone}
 
     def keep(item: Item) -> bool:

@@ -63,7 +63,7 @@ def rewind_key(
                 for offset, seq, item in found.entries
                 if type(item) is ChatMessage
             ]
-            at = next((i for i, (_, _, m) in enumerate(view) if m.id == to), None)  # type: ignore[union-attr]
+            at = next((i for i, (_, _, m) in enumerate(view) if m.id == to), None)
             if at is None:
                 raise not_in_view(key, to)
             hidden = view[at + 1 :]

@@ -2,7 +2,8 @@
 
 ``delete`` and ``delete_user`` remove, in one transaction, every row holding the
 conversation's text or key: messages (with their search vectors), records, checkpoints and
-their versions, rewinds, leases, the key's row and the session summary. After they return no query can read the text.
+their versions, rewinds, leases, the key's row and the session summary. After they return
+no query can read the text.
 
 PostgreSQL keeps copies of deleted rows outside the live tables until they are overwritten:
 

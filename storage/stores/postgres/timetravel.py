@@ -11,6 +11,7 @@ head's, so the next compaction's compare-and-set makes the version after it).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, cast
 
 from storage.abilities import Head, Rewind, Timeline
 from storage.codec import decode
@@ -19,6 +20,9 @@ from storage.stores.base import EMPTY_HEAD, not_in_view
 from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.derived import repair_key
 from storage.stores.postgres.text import escape_column, key_args, unescape_column
+
+if TYPE_CHECKING:
+    import asyncpg
 
 __all__ = ["rewind", "timeline"]
 
@@ -30,7 +34,8 @@ async def timeline(ctx: PostgresContext, key: ChatKey) -> Timeline:
     pool = await ctx.pool()
     for attempt in range(2):
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
-            found = await conn.fetchrow(sql.head, *args)
+            # FROM (SELECT 1) LEFT JOIN ...: always one row.
+            found = cast("asyncpg.Record", await conn.fetchrow(sql.head, *args))
             rows = await conn.fetch(sql.timeline, *args) if found[0] else []
             rewinds = await conn.fetch(sql.rewinds, *args) if rows else []
         if not (found[0] and not found[1]) or attempt:
@@ -71,7 +76,9 @@ async def rewind(ctx: PostgresContext, key: ChatKey, to: str, rewind_id: str, no
         hidden = [row[0] for row in await conn.fetch(sql.visible_after, *args, to_seq)]
         if not hidden:
             return 0
-        seq, epoch = await conn.fetchrow(sql.take_seq, *args)
+        taken = await conn.fetchrow(sql.take_seq, *args)
+        assert taken is not None  # an UPDATE ... RETURNING of the key's row, held locked
+        seq, epoch = taken
         await conn.execute(
             sql.insert_rewind,
             *args,
@@ -90,6 +97,7 @@ async def rewind(ctx: PostgresContext, key: ChatKey, to: str, rewind_id: str, no
                 row = await conn.fetchrow(
                     sql.restamp_checkpoint, *args, epoch, current["version"] + 1
                 )
+                assert row is not None  # the checkpoint row read just above, locked
                 await conn.execute(sql.copy_version, *args, *row)
             else:
                 await conn.execute(sql.void_checkpoint, *args, epoch)

@@ -3,8 +3,8 @@
 A checkpoint is a string beside the key's list (JSON, :mod:`storage.stores.payloads`), set by
 a compare-and-set script that checks the head's checkpoint version, the epoch and that
 ``covers_to`` is a sequence number the list holds; the same script keeps it in the key's
-versions hash, until a replace, a rebuilt head or an erasure drops them. A lease is ``"EXPIRY_MS OWNER"`` set with
-``PX`` (a dead holder's lease never outlives ``ttl`` of server time).
+versions hash, until a replace, a rebuilt head or an erasure drops them. A lease is
+``"EXPIRY_MS OWNER"`` set with ``PX`` (a dead holder's lease never outlives ``ttl`` of server time).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def replace(
     unusable: Unusable,
 ) -> tuple[list[int], list[ChatMessage]]:
     """Replace the key's messages in one transaction (a new epoch, the checkpoint, its
-    versions and the rewinds dropped, records kept), only while its version is ``expected_version`` when given; the removed
-    sequence numbers and the messages stored.
+    versions and the rewinds dropped, records kept), only while its version is
+    ``expected_version`` when given; the removed sequence numbers and the messages stored.
 
     Raises:
         ConflictError: the key's version is not ``expected_version`` (nothing changed).

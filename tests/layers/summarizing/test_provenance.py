@@ -67,7 +67,8 @@ async def test_a_strict_layer_reports_the_view_it_served() -> None:
     await stack.save(KEY, ChatMessage("assistant", "reply", id="r"))
     found = await stack.provenance(KEY, "r")
     inner = await layer.provenance(KEY, "r")
-    assert found is not None and inner is not None
+    assert found is not None
+    assert inner is not None
     assert list(found.messages) == served == strict_view(list(inner.messages))
     assert list(found.messages) != list(inner.messages)  # the late system message folded
     assert found.kinds[0] == "summary"
