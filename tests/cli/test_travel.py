@@ -187,3 +187,40 @@ def test_rich_tables_print_stored_text_as_it_is() -> None:
     assert out.getvalue().count("[bold]55.0[/bold] [x]") == 1
     assert "view [of] 'a'/'b'" in out.getvalue()
     assert "┃" in out.getvalue()
+
+
+def test_migrate_and_verify_carry_rewinds_and_what_each_reply_saw(db: Path, tmp_path: Path) -> None:
+    """The cut-over path: a rewind made with the CLI, ``migrate`` to a new file, ``verify
+    --views`` equal, and ``why`` answering the same from the new store."""
+    source = f"sqlite:///{db}"
+    target = f"sqlite:///{tmp_path}/new.db"
+    run("rewind", "--url", source, "--session", "trip", "--to", "a6")
+    copied = run_json("migrate", "--from", source, "--to", target)
+    assert copied["keys"] == 1
+    done = run(
+        "verify",
+        "--from",
+        SUMMARIZING.format(source),
+        "--to",
+        SUMMARIZING.format(target),
+        "--views",
+    )
+    assert "equal" in done.stdout
+    for url in (source, target):
+        shown = run_json("show", "--url", url, "--session", "trip", "--as-of", LAST)
+        assert ids(shown)[-1] == LAST  # the rewound messages are in the record
+    old = run_json(
+        "why", "--url", SUMMARIZING.format(source), "--session", "trip", "--message", LAST
+    )
+    new = run_json(
+        "why", "--url", SUMMARIZING.format(target), "--session", "trip", "--message", LAST
+    )
+    assert [m["kind"] for m in new["messages"]] == [m["kind"] for m in old["messages"]]
+    assert [m.get("content") for m in new["messages"]] == [
+        m.get("content") for m in old["messages"]
+    ]
+    assert {"summary", "trimmed"} <= {m["kind"] for m in new["messages"]}  # rewound since
+    assert (
+        run_json("show", "--url", target, "--session", "trip", "--raw")["chatlayers"]["ids"][-1]
+        == "a6"
+    )
