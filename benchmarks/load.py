@@ -43,7 +43,7 @@ import anyio
 import anyio.to_thread
 
 from benchmarks.data import shipped_messages
-from storage import ChatKey, ChatMessage, open_storage
+from storage import ChatKey, ChatMessage, SummarizingChatStorage, open_storage
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _STACK = "summarize?trigger_tokens={trigger}&background=true::scrub::{store}"
@@ -110,7 +110,7 @@ def _worker(
         latencies: list[int] = []
         errors: list[str] = []
         async with open_storage(url) as stack:
-            layer = next(c for c in stack.components() if hasattr(c, "summarizer_calls"))
+            layer = next(c for c in stack.components() if isinstance(c, SummarizingChatStorage))
             # Warm up (connections, the tokenizer, the scrubber's patterns), untimed.
             warm = ChatKey(f"load-{run}-p{process}", "warm-up", "agent")
             for message in turn_messages(run, process, -1, 0):

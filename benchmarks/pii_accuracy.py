@@ -368,8 +368,8 @@ def score_airline(
                 for entity, value in replaced:
                     row = predicted.setdefault(entity, {"pred": 0, "correct": 0, "fp": []})
                     row["pred"] += 1
-                    words = {w.lower() for w in _WORD.findall(value) if len(w) >= 2}
-                    if words & gold_words:
+                    value_words = {w.lower() for w in _WORD.findall(value) if len(w) >= 2}
+                    if value_words & gold_words:
                         row["correct"] += 1
                     else:
                         row["fp"].append(value)

@@ -21,6 +21,7 @@ import argparse
 import itertools
 import platform
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import anyio
 from benchmarks.data import history
 from benchmarks.timing import Contender, interleaved
 from storage import ChatKey, ChatMessage, open_storage
+from storage.config import Stack
 from storage.telemetry import recorder, span
 
 KEY = ChatKey("bench", "telemetry", "agent")
@@ -50,7 +52,7 @@ def _sdk() -> tuple[Any, Any]:
 async def measure(rounds: int, workdir: Path) -> dict[str, float]:
     layers = [{"type": "summarize", "trigger_at": 20, "keep_last": 2}, {"type": "scrub"}]
     tracer, meter = _sdk()
-    stacks: dict[str, Any] = {}
+    stacks: dict[str, Stack] = {}
     for name, top in (
         ("off", []),
         ("otel, API only", [{"type": "otel", "secret": "s"}]),
@@ -66,6 +68,12 @@ async def measure(rounds: int, workdir: Path) -> dict[str, float]:
         await stack.fetch(KEY)  # summarized: the view is served from memory from now on
         stacks[name] = stack
     counter = itertools.count()
+
+    def fetcher(stack: Stack) -> Callable[[], Awaitable[list[ChatMessage]]]:
+        async def fetch() -> list[ChatMessage]:
+            return await stack.fetch(KEY)
+
+        return fetch
 
     def saver(stack: Any) -> Any:
         async def save() -> None:
@@ -83,7 +91,7 @@ async def measure(rounds: int, workdir: Path) -> dict[str, float]:
         Contender("span(...) (off)", off_span, False),
     ]
     for name, stack in stacks.items():
-        contenders.append(Contender(f"fetch, {name}", lambda s=stack: s.fetch(KEY), True))
+        contenders.append(Contender(f"fetch, {name}", fetcher(stack), True))
     for name, stack in stacks.items():
         contenders.append(Contender(f"save, {name}", saver(stack), True))
     await interleaved(contenders, rounds=rounds, round_budget_s=0.02, max_calls=400)

@@ -145,7 +145,7 @@ class _Conversation:
 
     def _order(self, number: int) -> dict[str, Any]:
         placed = _TODAY - timedelta(days=self.rng.randrange(3, 40))
-        items = []
+        items: list[dict[str, Any]] = []
         for name, price, _ in self.rng.sample(_PRODUCTS, self.rng.randrange(1, 4)):
             items.append(
                 {
@@ -348,7 +348,7 @@ class _Conversation:
     def buy(self) -> dict[str, Any]:
         short = self.rng.choice(_PRODUCTS)[2]
         self.user(f"I also need a new {short}. What do you have?")
-        found = []
+        found: list[dict[str, Any]] = []
         for product, price, _ in self.rng.sample(_PRODUCTS, 8):
             found.append(
                 {

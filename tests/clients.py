@@ -31,14 +31,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from storage.history import validate_history
 from storage.message import ChatMessage
+
+if TYPE_CHECKING:
+    from litellm.types.llms.openai import AllMessageValues
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -165,7 +168,9 @@ def _tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "function", "function": {"name": n, "parameters": schema}} for n in names]
 
 
-def _check_turns(turns: list[tuple[str, list[str], list[str]]], user: str, provider: str) -> None:
+def _check_turns(
+    turns: Sequence[tuple[str, list[str], list[str]]], user: str, provider: str
+) -> None:
     """``turns``: (role, tool call ids, tool result ids) per provider message."""
     if not turns or turns[0][0] != user:
         raise AssertionError(f"{provider}: the conversation must open with a {user} turn")
@@ -182,11 +187,16 @@ def _check_turns(turns: list[tuple[str, list[str], list[str]]], user: str, provi
             raise AssertionError(f"{provider}: turn {n} answers calls the turn before did not make")
 
 
+def _litellm_copy(messages: list[dict[str, Any]]) -> list[AllMessageValues]:
+    """A copy of ``messages`` (OpenAI chat dicts) for a litellm transform, which may edit it."""
+    return cast("list[AllMessageValues]", copy.deepcopy(messages))
+
+
 def _anthropic(messages: list[dict[str, Any]]) -> None:
     from litellm.llms.anthropic.chat.transformation import AnthropicConfig
 
     body = AnthropicConfig().transform_request(
-        "claude-sonnet-4-5-20250929", copy.deepcopy(messages), {"tools": _tools(messages)}, {}, {}
+        "claude-sonnet-4-5-20250929", _litellm_copy(messages), {"tools": _tools(messages)}, {}, {}
     )
     turns = []
     for m in body["messages"]:
@@ -202,7 +212,7 @@ def _gemini(messages: list[dict[str, Any]]) -> None:
     from litellm.llms.vertex_ai.gemini.transformation import transform_request_body
 
     body = transform_request_body(
-        copy.deepcopy(messages), "gemini-2.5-flash", {}, "gemini", {}, None
+        _litellm_copy(messages), "gemini-2.5-flash", {}, "gemini", {}, None
     )
     turns = []
     for content in body["contents"]:
@@ -211,7 +221,7 @@ def _gemini(messages: list[dict[str, Any]]) -> None:
         results = [p["function_response"]["name"] for p in parts if "function_response" in p]
         turns.append((content["role"], calls, results))
     _check_turns(turns, "user", "gemini")
-    system = body.get("system_instruction") or {}
+    system: Mapping[str, Any] = body.get("system_instruction") or {}
     _prompt_first(messages, [p.get("text", "") for p in system.get("parts") or []], "gemini")
 
 
@@ -220,7 +230,7 @@ def _bedrock(messages: list[dict[str, Any]]) -> None:
 
     body = AmazonConverseConfig().transform_request(
         "anthropic.claude-3-5-sonnet-20240620-v1:0",
-        copy.deepcopy(messages),
+        _litellm_copy(messages),
         {"tools": _tools(messages)},
         {},
         {},

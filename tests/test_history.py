@@ -164,7 +164,7 @@ def test_safe_window_and_turns() -> None:
     assert last_turns_start(m, 0) == 6
 
 
-# --- developer role (11.3) and the leading system policy (15.5) ---------------------------
+# --- developer role and the leading system policy -----------------------------------------
 
 
 def test_developer_role_is_accepted_first_like_system() -> None:

@@ -90,12 +90,13 @@ def test_content_parts_and_metadata_are_read_only_copies() -> None:
     parts = [{"type": "text", "text": "a"}]
     meta = {"k": [1]}
     message = ChatMessage("user", parts, metadata=meta)
+    assert isinstance(message.content, tuple)
     parts[0]["text"] = "b"
     meta["k"].append(2)
     assert message.content[0]["text"] == "a"
     assert message.metadata["k"] == (1,)
     with pytest.raises(TypeError):
-        message.content[0]["text"] = "c"
+        message.content[0]["text"] = "c"  # type: ignore[index]  # read-only, on purpose
     assert message.text == "a"
 
 

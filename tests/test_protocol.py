@@ -8,7 +8,7 @@ import inspect
 import pkgutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Generic, Protocol
+from typing import Any, Generic, Protocol, Self
 
 import pytest
 
@@ -78,7 +78,7 @@ class Recorder:
     async def aclose(self) -> None:
         self.called.append("aclose")
 
-    async def __aenter__(self) -> Recorder:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

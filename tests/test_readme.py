@@ -1,7 +1,8 @@
-"""The README's own Python examples run (each in a fresh process in a temporary directory).
+"""The Python examples of the README and of docs/ run (each in a fresh process in a temporary
+directory).
 
-Blocks that use a framework adapter are run by ``test_adapter_examples.py``; the protocol's
-signature listing is documentation, not code.
+Blocks that use a framework adapter are run by ``tests/adapters/test_examples.py``; the
+protocol's signature listing is documentation, not code.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
+from tests.paths import REPO, code_blocks, docs_text
+
+BLOCKS = code_blocks("python")
 
 
 def runnable() -> list[str]:
@@ -59,8 +61,7 @@ def test_readme_says_what_each_export_format_writes(
     from storage.cli import main
 
     monkeypatch.setenv("CHATLAYERS_PII_SECRET", "readme")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("| `chatlayers export"))
+    row = next(line for line in docs_text().splitlines() if line.startswith("| `chatlayers export"))
     documented = EXPORT_DEFAULTS.search(row)
     assert documented is not None, row
     source = tmp_path / "in.jsonl"

@@ -116,7 +116,7 @@ def test_postgres_terms_keep_plain_words_and_encode_the_rest() -> None:
 
 
 def test_underscores_and_unicode_are_part_of_words() -> None:
-    # The rule every store follows (README: "matching is the same on every store").
+    # The rule every store follows (docs/stores.md: "matches the same words on every store").
     assert tokenize("my_api_key, x86_64 & 日本語!") == ["my_api_key", "x86_64", "日本語"]
     items = [(KEY, at("rotate my_api_key", 0)), (KEY, at("the api key", 1))]
     assert [h.message.text for h in scan_search("api", items, limit=5)] == ["the api key"]

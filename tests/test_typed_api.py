@@ -1,6 +1,6 @@
-"""Issue 11.9: typed for users. The wheel ships ``py.typed``, and a user's ``mypy --strict``
-sees the public API's real types (checked on a small user script against the built wheel,
-installed into a temporary directory, so the check is what a user of the wheel gets)."""
+"""Typed for users. The wheel ships ``py.typed``, and a user's ``mypy --strict`` sees the public
+API's real types (checked on a small user script against the built wheel, installed into a
+temporary directory, so the check is what a user of the wheel gets)."""
 
 from __future__ import annotations
 

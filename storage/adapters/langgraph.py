@@ -21,8 +21,11 @@ append-only (every message ever sent is kept; an edit writes a small state recor
 checkpoint (``get_state_history``, time travel) holds the refs of its messages and reads them
 back from the stack's record. The rest of a checkpoint (other channels, versions, pending
 writes) is small graph bookkeeping, kept by ``inner`` (default ``InMemorySaver``; pass a
-persistent saver to resume interrupted runs across restarts). Without a checkpoint in
-``inner`` (a new process), a thread that has messages in the stack starts from them.
+persistent saver to resume interrupted runs across restarts), except the messages of pending
+writes (an unfinished step's answers and tool results): they go to the stack as records, through
+its layers, and ``inner`` keeps a reference (:mod:`storage.adapters.langgraph_writes`).
+Without a checkpoint in ``inner`` (a new process), a thread that has messages in the stack
+starts from them.
 Messages convert with the LangChain adapter (:mod:`storage.adapters.langchain`), lossless for
 human, AI, system and tool messages.
 
@@ -40,7 +43,9 @@ from typing import Any, Final, Self
 
 import anyio
 
+from storage.abilities import ConversationRecord, RecordStorage, find_ability
 from storage.adapters import missing_extra
+from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 from storage.sync import SyncChatStorage
@@ -66,6 +71,7 @@ try:
         project,
         to_langchain,
     )
+    from storage.adapters.langgraph_writes import Carried
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("langgraph", "langgraph", exc) from exc
 
@@ -84,11 +90,15 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         agent_id: the agent id of every thread's conversation.
         channel: the state channel holding the messages (``"messages"`` in ``create_agent``).
         inner: the saver for the rest of each checkpoint (default a new ``InMemorySaver``).
+            The messages in its pending writes are kept in the stack (see
+            :mod:`storage.adapters.langgraph_writes`), so the stack must keep records
+            (``RecordStorage``) unless ``inner`` is an ``InMemorySaver``.
 
     ``with``/``async with`` enter and leave ``inner`` too; leaving stops the portal the sync
     methods started (the stack itself stays open: it is the caller's).
 
     Raises:
+        ConfigError: ``inner`` is not an ``InMemorySaver`` and the stack keeps no records.
         InvalidMessageError: a message cannot be converted or stored.
         StorageUnavailableError: the stack's backend cannot be reached.
     """
@@ -116,6 +126,15 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         self.agent_id = agent_id
         self.channel = channel
         self._channel = Channel(self.stack)
+        records = find_ability(self.stack, RecordStorage)
+        if records is None and type(self.inner) is not InMemorySaver:
+            raise ConfigError(
+                f"ChatlayersCheckpointer: the stack ({type(self.stack).__name__}) keeps no "
+                f"records, so the pending writes of the {channel!r} channel (whole messages) "
+                f"would reach {type(self.inner).__name__} unscrubbed; use a stack whose store "
+                "keeps records (every built-in store does) or the default in-memory inner saver"
+            )
+        self._carried = Carried(records, channel)
         self._lock = threading.Lock()
 
     @property
@@ -208,6 +227,8 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         key = self._key(config)
         if key is None:
             return tup
+        if tup is not None:
+            tup = await self._carried.read(key, tup)
         named = bool((config.get("configurable") or {}).get("checkpoint_id"))
         if named:
             return None if tup is None else self._at_checkpoint(tup, await self._stored(key))
@@ -238,6 +259,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """The inner saver's checkpoints, newest first, each with the messages it held."""
         stored: dict[ChatKey, dict[str, ChatMessage]] = {}
+        carried: dict[ChatKey, dict[str, ConversationRecord]] = {}
         async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
             key = self._key(tup.config, config)
             if key is None:
@@ -245,7 +267,7 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
                 continue
             if key not in stored:
                 stored[key] = await self._stored(key)
-            yield self._at_checkpoint(tup, stored[key])
+            yield self._at_checkpoint(await self._carried.read(key, tup, carried), stored[key])
 
     async def aput(
         self,
@@ -255,29 +277,32 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save the thread's new messages to the stack (one atomic batch), the rest to
-        ``inner``; the inner checkpoint keeps only the refs of the messages.
+        ``inner``; the inner checkpoint keeps only the refs of the messages (and references
+        to the input and pending ``Send`` values, kept as stack records).
 
         An update that is not a pure append (a message removed, replaced or moved) also
         writes a state record, so every process reads the channel the graph holds.
         """
         key = self._key(config)
-        messages = checkpoint["channel_values"].get(self.channel)
-        if key is None or not is_message_channel(messages):
+        if key is None:
             return await self.inner.aput(config, checkpoint, metadata, new_versions)
-        with self._lock:
-            base = self._channel.get(key)
-        if base is None:
-            await self._latest(key, None)
+        ns = str((config.get("configurable") or {}).get("checkpoint_ns", ""))
+        values = await self._carried.put_values(key, (ns,), checkpoint["channel_values"])
+        messages = values.get(self.channel)
+        if is_message_channel(messages):
             with self._lock:
-                base = self._channel.get(key) or Known([], [])
-        refs, batch = match(messages, base)
-        if batch:
-            await self.stack.save_messages(key, batch)
-        if refs[: len(base.refs)] != base.refs:
-            await self._channel.save_refs(key, refs)
-        self._remember(key, Known(list(messages), refs))
-        values = dict(checkpoint["channel_values"])
-        values[self.channel] = refs
+                base = self._channel.get(key)
+            if base is None:
+                await self._latest(key, None)
+                with self._lock:
+                    base = self._channel.get(key) or Known([], [])
+            refs, batch = match(messages, base)
+            if batch:
+                await self.stack.save_messages(key, batch)
+            if refs[: len(base.refs)] != base.refs:
+                await self._channel.save_refs(key, refs)
+            self._remember(key, Known(list(messages), refs))
+            values[self.channel] = refs
         slim: Checkpoint = {**checkpoint, "channel_values": values}
         return await self.inner.aput(config, slim, metadata, new_versions)
 
@@ -288,7 +313,19 @@ class ChatlayersCheckpointer(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Pending writes of an unfinished step: kept by ``inner`` as given."""
+        """Pending writes of an unfinished step: those of the messages channel go to the
+        stack (one record per call, through its layers), ``inner`` keeps a reference to
+        each; the rest ``inner`` keeps as given."""
+        key = self._key(config)
+        if key is not None:
+            configurable = config.get("configurable") or {}
+            where = (
+                str(configurable.get("checkpoint_ns", "")),
+                str(configurable.get("checkpoint_id", "")),
+                task_id,
+                task_path,
+            )
+            writes = await self._carried.put_writes(key, where, writes)
         await self.inner.aput_writes(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:

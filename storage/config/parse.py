@@ -19,7 +19,7 @@ parameters it does not declare to its driver). A nested summarizer is named by
 ``summarizer=NAME`` and configured by ``summarizer.OPTION=value``. Percent-encode ``?``,
 ``#`` and ``::`` in a path.
 
-The dict / TOML form (README "Configuration" is the reference)::
+The dict / TOML form (docs/configuration.md is the reference)::
 
     [store]
     url = "sqlite:///chats.db"        # or: type (a store name) and its options; or url_env

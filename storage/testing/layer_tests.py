@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import attrs
@@ -20,6 +19,7 @@ from storage.message import MAX_DEPTH, ChatKey, ChatMessage, ToolCall
 from storage.protocol import ChatStorage
 from storage.testing.harness import StoreHarness, open_store, scrubbed
 from storage.testing.protocol_tests import KEY, msg
+from storage.testing.stack_depth import at_headroom
 
 __all__ = ["LayerPathTests", "nested"]
 
@@ -34,15 +34,6 @@ def nested(depth: int, leaf: Any = "leaf") -> Any:
     for _ in range(depth):
         value = {"n": value}
     return value
-
-
-def _frames() -> int:
-    depth = 0
-    frame = sys._getframe()
-    while frame is not None:
-        depth += 1
-        frame = frame.f_back  # type: ignore[assignment]
-    return depth
 
 
 def _conversation(turns: int) -> list[ChatMessage]:
@@ -220,15 +211,7 @@ class LayerPathTests:
         await store.save(KEY, message)
 
         # Fetch with little stack left: a recursive decoder would raise RecursionError.
-        headroom = 100
-        target = sys.getrecursionlimit() - headroom
-
-        async def descend(n: int) -> list[ChatMessage]:
-            if _frames() < target and n < 100_000:
-                return await descend(n + 1)
-            return await store.fetch(KEY)
-
-        (fetched,) = await descend(0)
+        (fetched,) = await at_headroom(100, lambda: store.fetch(KEY))
         tree: Any = fetched.metadata["tree"]
         for _ in range(depth):
             tree = tree["n"]

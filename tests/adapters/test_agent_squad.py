@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 pytest.importorskip("agent_squad")
 
-from agent_squad.storage import InMemoryChatStorage as SquadInMemoryChatStorage
-from agent_squad.storage.chat_storage import ChatStorage as SquadChatStorage
-from agent_squad.types import ConversationMessage, ParticipantRole, TimestampedMessage
+from agent_squad.storage import InMemoryChatStorage as SquadInMemoryChatStorage  # type: ignore[import-untyped]  # agent-squad ships no type hints
+from agent_squad.storage.chat_storage import ChatStorage as SquadChatStorage  # type: ignore[import-untyped]  # agent-squad ships no type hints
+from agent_squad.types import ConversationMessage, ParticipantRole, TimestampedMessage  # type: ignore[import-untyped]  # agent-squad ships no type hints
 
 from storage.adapters.agent_squad import (
     AgentSquadChatStorage,
@@ -117,7 +117,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
     max_leaves=6,
 )
-plain_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=10)
+plain_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=10)
 text_block = plain_text.map(lambda t: {"text": t})
 tool_use = st.builds(
     lambda i, n, v: {"toolUse": {"toolUseId": i, "name": n, "input": v}},
@@ -154,7 +154,7 @@ def test_any_conversation_round_trips(messages: list[ConversationMessage]) -> No
 
 def test_bad_content_is_refused() -> None:
     with pytest.raises(InvalidMessageError, match="list of blocks"):
-        to_chat_messages(ConversationMessage("user", 42))  # type: ignore[arg-type]
+        to_chat_messages(ConversationMessage("user", 42))
     with pytest.raises(InvalidMessageError, match="ConversationMessage"):
         to_chat_messages({"role": "user"})
 
@@ -276,9 +276,10 @@ async def test_timestamps_are_kept() -> None:
 
 # --- the AgentSquad orchestrator over summarize::scrub::sqlite -----------------------------
 
-from agent_squad.agents import Agent, AgentOptions  # noqa: E402
-from agent_squad.classifiers import Classifier, ClassifierResult  # noqa: E402
-from agent_squad.orchestrator import AgentSquad  # noqa: E402
+# (agent-squad ships no type hints: its imports are untyped)
+from agent_squad.agents import Agent, AgentOptions  # type: ignore[import-untyped]  # noqa: E402
+from agent_squad.classifiers import Classifier, ClassifierResult  # type: ignore[import-untyped]  # noqa: E402
+from agent_squad.orchestrator import AgentSquad  # type: ignore[import-untyped]  # noqa: E402
 from agent_squad.types import AgentSquadConfig  # noqa: E402
 
 

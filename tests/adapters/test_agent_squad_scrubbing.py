@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("agent_squad")
 
-from agent_squad.storage import InMemoryChatStorage as SquadInMemoryChatStorage
-from agent_squad.types import ConversationMessage
+from agent_squad.storage import InMemoryChatStorage as SquadInMemoryChatStorage  # type: ignore[import-untyped]  # agent-squad ships no type hints
+from agent_squad.types import ConversationMessage  # type: ignore[import-untyped]  # agent-squad ships no type hints
 
 from storage.adapters.agent_squad import AgentSquadChatStorage
 from storage.config import open_storage

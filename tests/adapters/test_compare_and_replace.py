@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -91,7 +92,11 @@ async def test_pop_item_keeps_an_item_appended_before_its_replace(open_store: Op
     racing.times = 1
     assert await one.pop_item() == {"role": "user", "content": "m2"}
     assert racing.times == 0  # the append did land in the window
-    assert [i["content"] for i in await two.get_items()] == ["m0", "m1", "late"]
+    assert [cast("dict[str, Any]", i)["content"] for i in await two.get_items()] == [
+        "m0",
+        "m1",
+        "late",
+    ]
 
 
 async def test_llama_index_deletes_keep_a_message_appended_before_their_replace(

@@ -133,7 +133,7 @@ def test_messages_from_other_writers_convert() -> None:
 
 @pytest.mark.parametrize(
     "message",
-    [FunctionMessage("x", name="f"), LCChatMessage(role="critic", content="x")],
+    [FunctionMessage(content="x", name="f"), LCChatMessage(role="critic", content="x")],
     ids=["function", "unknown-role"],
 )
 def test_messages_without_a_chat_role_are_refused(message: BaseMessage) -> None:
@@ -155,7 +155,9 @@ async def test_async_methods(tmp_path: Path) -> None:
         limited = LangChainChatMessageHistory(store, KEY, limit=2)
         assert await limited.aget_messages() == MESSAGES[-2:]
         with pytest.raises(InvalidMessageError):
-            await history.aadd_messages([HumanMessage("ok"), FunctionMessage("x", name="f")])
+            await history.aadd_messages(
+                [HumanMessage("ok"), FunctionMessage(content="x", name="f")]
+            )
         assert len(await history.aget_messages()) == len(MESSAGES)
         await history.aclear()
         assert await history.aget_messages() == []

@@ -10,9 +10,9 @@ import operator
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import pytest
 
@@ -109,10 +109,21 @@ def test_operator_add_channel_without_ids_stores_each_message_once(tmp_path: Pat
 # --- add_messages: RemoveMessage, REMOVE_ALL_MESSAGES, replacing by id -------------------
 
 
+class MessagesNode(Protocol):
+    """A graph node over ``MessagesState`` (LangGraph passes the state as ``state``)."""
+
+    def __call__(self, state: MessagesState) -> dict[str, Any]: ...
+
+
+def message_id(message: BaseMessage) -> str:
+    assert message.id is not None  # add_messages gives every message in the state an id
+    return message.id
+
+
 def trim(state: MessagesState) -> dict[str, Any]:
     """Keep the newest two messages and answer (RemoveMessage by id)."""
     history = state["messages"]
-    removed = [RemoveMessage(id=m.id) for m in history[:-2]] if len(history) > 3 else []
+    removed = [RemoveMessage(id=message_id(m)) for m in history[:-2]] if len(history) > 3 else []
     return {"messages": [*removed, AIMessage(f"seen {len(history)}", id=f"re-{history[-1].id}")]}
 
 
@@ -131,7 +142,7 @@ def compact(state: MessagesState) -> dict[str, Any]:
     }
 
 
-def node_graph(node: Callable[[MessagesState], dict[str, Any]], checkpointer: Any) -> Any:
+def node_graph(node: MessagesNode, checkpointer: Any) -> Any:
     graph = StateGraph(MessagesState)
     graph.add_node("node", node)
     graph.add_edge(START, "node")
@@ -141,7 +152,7 @@ def node_graph(node: Callable[[MessagesState], dict[str, Any]], checkpointer: An
 
 @pytest.mark.parametrize("node", [trim, compact])
 def test_removed_messages_stay_removed_as_with_in_memory_saver(
-    node: Callable[[MessagesState], dict[str, Any]],
+    node: MessagesNode,
 ) -> None:
     native = node_graph(node, InMemorySaver())
     with SyncChatStorage(InMemoryChatStorage()) as sync:
@@ -162,7 +173,7 @@ def test_removed_messages_stay_removed_as_with_in_memory_saver(
 
 @pytest.mark.parametrize("node", [trim, compact])
 def test_over_a_summarizing_stack_removed_messages_come_back_only_as_the_summary(
-    node: Callable[[MessagesState], dict[str, Any]],
+    node: MessagesNode,
 ) -> None:
     native = node_graph(node, InMemorySaver())
     stack = open_storage("summarize?trigger_at=2&keep_last=1::memory://")
@@ -370,7 +381,8 @@ async def test_langgraph_checkpoint_conformance(url: str, monkeypatch: pytest.Mo
     conformance = pytest.importorskip("langgraph.checkpoint.conformance")
     monkeypatch.setenv("CHATLAYERS_PII_SECRET", "test-secret-0123456789abcdef")
 
-    @conformance.checkpointer_test(name=f"ChatlayersCheckpointer({url})")
+    # (the conformance package ships no type hints)
+    @conformance.checkpointer_test(name=f"ChatlayersCheckpointer({url})")  # type: ignore[untyped-decorator]
     async def factory() -> Any:
         async with open_storage(url) as stack:
             yield ChatlayersCheckpointer(stack)

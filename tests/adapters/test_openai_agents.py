@@ -9,7 +9,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -20,7 +20,15 @@ from tests.paths import REPO
 
 pytest.importorskip("agents")
 
-from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
+from agents import (
+    Agent,
+    ModelResponse,
+    RunConfig,
+    Runner,
+    TResponseInputItem,
+    Usage,
+    function_tool,
+)
 from agents.memory import Session
 from agents.memory.session_settings import SessionSettings
 from agents.models.interface import Model
@@ -154,6 +162,16 @@ REAL_SHAPES: list[dict[str, Any]] = [
 ]
 
 
+def as_items(items: list[dict[str, Any]]) -> list[TResponseInputItem]:
+    """The SDK's item type for dicts in its shapes (built above from its own models)."""
+    return cast("list[TResponseInputItem]", items)
+
+
+def as_dicts(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
+    """Items read back, as plain dicts a test indexes by the keys it knows they have."""
+    return cast("list[dict[str, Any]]", items)
+
+
 def roundtrip(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [i for m in items_to_messages(items) for i in message_to_items(m)]
 
@@ -221,7 +239,7 @@ def test_non_dict_item_is_refused() -> None:
 
 
 # Hypothesis: arbitrary sequences of the SDK's shapes with arbitrary text round-trip exactly.
-texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=20)
 ids = st.text("abcdef0123456789_", min_size=1, max_size=8)
 
 
@@ -306,8 +324,8 @@ async def test_session_protocol_on_sqlite(tmp_path: Path) -> None:
         assert session.session_id == "session-1"
         assert await session.get_items() == []
         assert await session.pop_item() is None
-        await session.add_items(REAL_SHAPES[:9])
-        await session.add_items(REAL_SHAPES[9:])
+        await session.add_items(as_items(REAL_SHAPES[:9]))
+        await session.add_items(as_items(REAL_SHAPES[9:]))
         assert await session.get_items() == REAL_SHAPES
         for limit in range(len(REAL_SHAPES) + 2):
             assert await session.get_items(limit) == (REAL_SHAPES[-limit:] if limit else []), limit
@@ -324,7 +342,7 @@ async def test_session_protocol_on_sqlite(tmp_path: Path) -> None:
 async def test_pop_item_removes_newest_items_one_by_one() -> None:
     store = InMemoryChatStorage()
     session = OpenAIAgentsSession(store, KEY)
-    await session.add_items(REAL_SHAPES)
+    await session.add_items(as_items(REAL_SHAPES))
     remaining = list(REAL_SHAPES)
     while remaining:
         assert await session.pop_item() == remaining.pop()
@@ -333,7 +351,7 @@ async def test_pop_item_removes_newest_items_one_by_one() -> None:
     # The other agents of the session are untouched by a pop.
     other = ChatKey("user-1", "session-1", "other")
     await store.save_messages(other, items_to_messages([{"role": "user", "content": "x"}]))
-    await session.add_items(REAL_SHAPES[:3])
+    await session.add_items(as_items(REAL_SHAPES[:3]))
     await session.pop_item()
     assert len(await store.fetch(other)) == 1
 
@@ -343,7 +361,7 @@ async def test_session_settings_limit_is_the_default() -> None:
     session = OpenAIAgentsSession(
         InMemoryChatStorage(), KEY, session_settings=SessionSettings(limit=2)
     )
-    await session.add_items(REAL_SHAPES)
+    await session.add_items(as_items(REAL_SHAPES))
     assert await session.get_items() == REAL_SHAPES[-2:]
     assert await session.get_items(3) == REAL_SHAPES[-3:]
 
@@ -352,8 +370,9 @@ async def test_session_settings_limit_is_the_default() -> None:
 async def test_a_bad_batch_stores_nothing() -> None:
     session = OpenAIAgentsSession(InMemoryChatStorage(), KEY)
     await session.add_items([{"role": "user", "content": "kept"}])
+    bad = [{"role": "user", "content": "a"}, {"type": "x", "v": b"bytes"}]  # not an SDK item
     with pytest.raises(InvalidMessageError):
-        await session.add_items([{"role": "user", "content": "a"}, {"type": "x", "v": b"bytes"}])
+        await session.add_items(bad)  # type: ignore[arg-type]
     assert await session.get_items() == [{"role": "user", "content": "kept"}]
 
 
@@ -400,7 +419,7 @@ async def test_runner_tool_run_persists_and_resumes_in_a_new_process(tmp_path: P
             weather_agent(model), "Weather in Paris?", session=session, run_config=NO_TRACING
         )
         assert result.final_output == "It is sunny in Paris."
-        items = await session.get_items()
+        items = as_dicts(await session.get_items())
         # The second model call saw the tool call and its output.
         assert {
             "type": "function_call_output",
@@ -432,7 +451,7 @@ async def test_runner_tool_run_persists_and_resumes_in_a_new_process(tmp_path: P
     assert resumed["input"][5] == {"content": "And tomorrow?", "role": "user"}
 
     async with SQLiteChatStorage(path) as store:
-        final = await OpenAIAgentsSession(store, KEY).get_items()
+        final = as_dicts(await OpenAIAgentsSession(store, KEY).get_items())
     assert final[:5] == items
     assert len(final) == 7
     assert final[6]["content"][0]["text"] == "Tomorrow too."
@@ -467,7 +486,7 @@ class _ReplaceSpy(InMemoryChatStorage):
 async def test_pop_item_uses_replace_when_the_stack_has_it() -> None:
     store = _ReplaceSpy()
     session = OpenAIAgentsSession(store, KEY)
-    await session.add_items(REAL_SHAPES)
+    await session.add_items(as_items(REAL_SHAPES))
     assert await session.pop_item() == REAL_SHAPES[-1]
     assert await session.get_items() == REAL_SHAPES[:-1]
     assert store.replaced, "pop_item did not call replace"
@@ -489,7 +508,7 @@ class _CrashingSave(ChatStorageWrapper):
 async def test_pop_item_falls_back_to_delete_and_save_without_replace() -> None:
     store = _CrashingSave(InMemoryChatStorage())
     session = OpenAIAgentsSession(store, KEY)
-    await session.add_items(REAL_SHAPES[:3])
+    await session.add_items(as_items(REAL_SHAPES[:3]))
     assert await session.pop_item() == REAL_SHAPES[2]
     assert await session.get_items() == REAL_SHAPES[:2]
     # The documented risk of the fallback: a failure between the two steps.

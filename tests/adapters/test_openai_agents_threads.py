@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -129,7 +129,11 @@ async def test_pop_item_never_erases_an_item_appended_meanwhile(tmp_path: Path) 
     await one.add_items([{"role": "user", "content": f"m{n}"} for n in range(3)])
     racing.times = 1
     assert await one.pop_item() == {"role": "user", "content": "m2"}
-    assert [i["content"] for i in await two.get_items()] == ["m0", "m1", "late"]
+    assert [cast("dict[str, Any]", i)["content"] for i in await two.get_items()] == [
+        "m0",
+        "m1",
+        "late",
+    ]
 
 
 # --- close() -------------------------------------------------------------------------------

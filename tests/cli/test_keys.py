@@ -219,7 +219,7 @@ def test_a_missing_keyring_is_named_and_keys_init_makes_one(
     assert "exists already" in out
     code, out, _ = run(capsys, "keys", "status", "--json", "--url", stack)
     assert json.loads(out)["data_keys"] == 0
-    anyio.run(fill, tmp_path)  # the README's path: then the stack works as configured
+    anyio.run(fill, tmp_path)  # docs/encryption.md's path: then the stack works as configured
     assert anyio.run(read_all, tmp_path) == {user: [f"hello from {user}"] for user in USERS}
 
 

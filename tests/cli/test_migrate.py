@@ -73,7 +73,7 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _migrate_and_verify(source: str, target: str) -> dict[str, Any]:
-    first = run_json("migrate", "--from", source, "--to", target)
+    first: dict[str, Any] = run_json("migrate", "--from", source, "--to", target)
     assert first["keys"] == first["keys_changed"] == 146
     assert first["messages"] == first["messages_copied"] == 1768
     assert first["checkpoints"] == first["checkpoints_copied"] > 10

@@ -1,4 +1,4 @@
-"""Every shipped deployment config (examples/config, README "Deployments") builds a stack."""
+"""Every shipped deployment config (examples/config, docs/deployments.md) builds a stack."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage
 from storage.stores.sqlite import SQLiteChatStorage
-from tests.paths import REPO
+from tests.paths import REPO, code_blocks, docs_text
 
 pytest_plugins = ["tests.servers"]
 
@@ -109,6 +109,7 @@ async def test_staging_config_on_a_real_redis(
     async with open_storage(CONFIGS / "staging.toml") as stack:
         await stack.save(key, ChatMessage("user", "write to ada@example.org"))
         (stored,) = await stack.fetch(key)
+        assert isinstance(stored.content, str)
         assert "ada@example.org" not in stored.content
         assert "<EMAIL_ADDRESS_" in stored.content
         await stack.delete_user(key.user_id)
@@ -126,15 +127,40 @@ async def test_production_config_on_a_real_postgres(
         # A short history: pure delegation, so no LLM is called.
         await stack.save(key, ChatMessage("user", "I am Ada Lovelace, call +1 415 555 0100"))
         (stored,) = await stack.fetch(key)
+        assert isinstance(stored.content, str)
         assert "Ada Lovelace" not in stored.content
         assert "<PERSON_" in stored.content
         await stack.delete_user(key.user_id)
 
 
-def test_readme_deployments_match_the_example_files() -> None:
-    readme = (ROOT / "README.md").read_text()
-    if "## Deployments" not in readme:
-        pytest.skip("README has no Deployments section yet")
-    for name in EXAMPLES:
+def test_docs_deployments_match_the_example_files() -> None:
+    docs = docs_text()
+    for name in (*EXAMPLES, "known_pii"):
         text = (CONFIGS / f"{name}.toml").read_text()
-        assert f"```toml\n{text}```" in readme, f"README's {name}.toml differs from the file"
+        assert f"```toml\n{text}```" in docs, f"the docs' {name}.toml differs from the file"
+
+
+TOML_BLOCKS = code_blocks("toml")
+
+
+def test_every_toml_block_of_the_docs_parses() -> None:
+    assert len(TOML_BLOCKS) >= 7
+    for block in TOML_BLOCKS:
+        tomllib.loads(block)  # raises on a block that is not valid TOML
+
+
+@pytest.mark.usefixtures("deployment_env")
+@pytest.mark.parametrize(
+    "block",
+    [b for b in TOML_BLOCKS if "store" in tomllib.loads(b)],
+    ids=lambda b: b.splitlines()[0][:40],
+)
+def test_every_stack_config_of_the_docs_builds(
+    block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHATLAYERS_NEW_DSN", "memory://")
+    (tmp_path / "known_pii.toml").write_text((CONFIGS / "known_pii.toml").read_text())
+    config = tmp_path / "stack.toml"
+    config.write_text(block)
+    stack = open_storage(config)  # nothing is opened yet
+    assert len(stack.describe().splitlines()) == 1 + len(tomllib.loads(block).get("layers", []))

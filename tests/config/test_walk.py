@@ -1,4 +1,4 @@
-"""Issue 11.1: config only resolves a store's name and calls its ``from_url``.
+"""Config only resolves a store's name and calls its ``from_url``.
 
 The store reads its own URL; config converts the options the store's constructor declares
 (from the URL query or a config table) by their declared types, leaves undeclared query

@@ -110,6 +110,11 @@ def stack(otel: Otel, *layers: dict[str, Any], store: str = "memory://") -> Stac
     return open_storage({"store": {"url": store}, "layers": [top, *layers]})
 
 
+def attributes_of(span: ReadableSpan) -> dict[str, Any]:
+    """A span's attributes; the test knows each one's type from the layer that set it."""
+    return dict(span.attributes or {})
+
+
 def digest(domain: str, *parts: str) -> str:
     message = domain.encode() + b"".join(b"\x00" + p.encode() for p in parts)
     return hmac.new(SECRET.encode(), message, hashlib.sha256).hexdigest()[:16]
@@ -166,7 +171,7 @@ async def test_spans_carry_counts_sizes_and_hashed_ids_never_text_or_pii(otel: O
             assert secret not in value, (secret, value)
     saves = otel.named("chatlayers.save")
     assert len(saves) == len(CONVERSATION) + 1
-    first = saves[0].attributes or {}
+    first = attributes_of(saves[0])
     assert first["chatlayers.user.hash"] == digest("user", KEY.user_id)
     assert first["chatlayers.session.hash"] == digest("session", KEY.user_id, KEY.session_id)
     assert first["chatlayers.agent.hash"] == digest("agent", KEY.agent_id)
@@ -176,13 +181,13 @@ async def test_spans_carry_counts_sizes_and_hashed_ids_never_text_or_pii(otel: O
     assert first["chatlayers.store"] == "memory"
     failed = saves[-1]
     assert not failed.status.is_ok
-    assert failed.attributes["error.type"] == "storage.errors.InvalidMessageError"
+    assert attributes_of(failed)["error.type"] == "storage.errors.InvalidMessageError"
     fetches = otel.named("chatlayers.fetch")
-    last_full = [f for f in fetches if f.attributes["chatlayers.limit"] == -1][-1]
-    assert last_full.attributes["chatlayers.summarized"] is True
-    assert last_full.attributes["chatlayers.tokens.view"] > 0
+    last_full = [f for f in fetches if attributes_of(f)["chatlayers.limit"] == -1][-1]
+    assert attributes_of(last_full)["chatlayers.summarized"] is True
+    assert attributes_of(last_full)["chatlayers.tokens.view"] > 0
     erasure = otel.named("chatlayers.erasure")[0]
-    assert erasure.attributes["chatlayers.scope"] == "conversation"
+    assert attributes_of(erasure)["chatlayers.scope"] == "conversation"
 
 
 async def test_scrub_spans_are_children_with_pii_by_entity_and_counted(otel: Otel) -> None:
@@ -192,13 +197,13 @@ async def test_scrub_spans_are_children_with_pii_by_entity_and_counted(otel: Ote
     (scrub,) = otel.named("chatlayers.scrub")
     assert scrub.parent is not None
     assert scrub.parent.span_id == save.context.span_id
-    assert scrub.attributes["chatlayers.messages"] == 4
-    for found in (scrub.attributes, save.attributes):  # on the save too
+    assert attributes_of(scrub)["chatlayers.messages"] == 4
+    for found in (attributes_of(scrub), attributes_of(save)):  # on the save too
         assert found["chatlayers.pii.EMAIL_ADDRESS"] == 2  # the text and the tool call
         assert found["chatlayers.pii.PHONE_NUMBER"] == 1
         assert found["chatlayers.pii.CREDIT_CARD"] == 1
         assert found["chatlayers.pii"] == 4
-    assert save.attributes["chatlayers.operation"] == "save_messages"
+    assert attributes_of(save)["chatlayers.operation"] == "save_messages"
     assert otel.counter("chatlayers.pii.found", **{"chatlayers.pii.entity": "EMAIL_ADDRESS"}) == 2
     assert otel.counter("chatlayers.pii.found") == 4
     assert otel.counter("chatlayers.messages.saved") == 4
@@ -225,11 +230,11 @@ async def test_encryption_spans_and_the_destroyed_data_key_on_erasure(
     assert encrypt.parent is not None
     assert encrypt.parent.span_id == save.context.span_id
     (decrypt,) = otel.named("chatlayers.decrypt")
-    assert decrypt.attributes["chatlayers.messages.opened"] == 1
+    assert attributes_of(decrypt)["chatlayers.messages.opened"] == 1
     (erasure,) = otel.named("chatlayers.erasure")
-    assert erasure.attributes["chatlayers.scope"] == "user"
-    assert erasure.attributes["chatlayers.user.hash"] == digest("user", KEY.user_id)
-    assert erasure.attributes["chatlayers.events.data_key_destroyed"] == 1
+    assert attributes_of(erasure)["chatlayers.scope"] == "user"
+    assert attributes_of(erasure)["chatlayers.user.hash"] == digest("user", KEY.user_id)
+    assert attributes_of(erasure)["chatlayers.events.data_key_destroyed"] == 1
     assert [e.name for e in erasure.events] == ["chatlayers.data_key_destroyed"]
     assert otel.counter("chatlayers.erasures", **{"chatlayers.scope": "user"}) == 1
     for value in exported_strings(otel):
@@ -244,7 +249,7 @@ async def test_purge_span_counts_what_went(otel: Otel) -> None:
         assert purging is not None
         assert await purging.purge(now=datetime.now(UTC) + timedelta(days=40)) == 3
     (purge,) = otel.named("chatlayers.purge")
-    assert purge.attributes["chatlayers.messages.purged"] == 3
+    assert attributes_of(purge)["chatlayers.messages.purged"] == 3
     assert otel.counter("chatlayers.messages.purged") == 3
 
 
@@ -260,8 +265,8 @@ async def test_migration_helper_wraps_the_copy_in_one_span(otel: Otel) -> None:
     (save,) = otel.named("chatlayers.save")
     assert save.parent is not None
     assert save.parent.span_id == moved.context.span_id
-    assert moved.attributes["chatlayers.conversations"] == 1
-    assert moved.attributes["chatlayers.messages"] == 2
+    assert attributes_of(moved)["chatlayers.conversations"] == 1
+    assert attributes_of(moved)["chatlayers.messages"] == 2
     assert otel.counter("chatlayers.migrated.messages") == 2
     assert otel.counter("chatlayers.migrated.conversations") == 1
     with migration(source, open_storage("memory://")) as nothing:  # no otel layer: a no-op
@@ -281,9 +286,9 @@ async def test_migrate_reports_one_migration_span_with_what_it_copied(otel: Otel
     assert report.messages_copied == 3
     assert again.messages_copied == 0
     first, second = otel.named("chatlayers.migration")
-    assert first.attributes["chatlayers.conversations"] == 2
-    assert first.attributes["chatlayers.messages"] == 3
-    assert second.attributes["chatlayers.skipped"] == 3
+    assert attributes_of(first)["chatlayers.conversations"] == 2
+    assert attributes_of(first)["chatlayers.messages"] == 3
+    assert attributes_of(second)["chatlayers.skipped"] == 3
     assert otel.counter("chatlayers.migrated.messages") == 3
 
 
@@ -300,7 +305,7 @@ async def test_without_a_recorder_the_hook_does_nothing(otel: Otel) -> None:
         with operation(open_storage("memory://"), "command") as none:
             assert none is NULL_SPAN
     (compaction,) = otel.named("chatlayers.compaction")
-    assert compaction.attributes["chatlayers.messages.before"] == 9
+    assert attributes_of(compaction)["chatlayers.messages.before"] == 9
     assert otel.counter("chatlayers.compactions", **{"chatlayers.trigger": "save"}) == 1
 
 
@@ -437,10 +442,10 @@ async def test_inline_compactions_and_summarizer_calls(otel: Otel) -> None:
     calls_spans = otel.named("chatlayers.summarize")
     assert len(calls_spans) == calls
     compactions = otel.named("chatlayers.compaction")
-    installed = [c for c in compactions if c.attributes["chatlayers.outcome"] == "installed"]
+    installed = [c for c in compactions if attributes_of(c)["chatlayers.outcome"] == "installed"]
     assert installed
     for compaction in installed:
-        a = compaction.attributes
+        a = attributes_of(compaction)
         assert (a["chatlayers.trigger"], a["chatlayers.mode"], a["chatlayers.kind"]) == (
             "inline",
             "store",
@@ -454,7 +459,7 @@ async def test_inline_compactions_and_summarizer_calls(otel: Otel) -> None:
         assert parent_of(otel, compaction).name in ("chatlayers.save", "chatlayers.fetch")
     for call in calls_spans:
         assert parent_of(otel, call).name == "chatlayers.compaction"
-        a = call.attributes
+        a = attributes_of(call)
         assert a["chatlayers.outcome"] == "ok"
         assert a["chatlayers.summarizer"] == "ExtractiveSummarizer"
         assert a["chatlayers.messages.result"] <= a["chatlayers.messages"]
@@ -481,7 +486,7 @@ async def test_background_summaries_report_under_the_save_that_scheduled_them(
         calls = layer.summarizer_calls
     compactions = otel.named("chatlayers.compaction")
     assert compactions
-    assert {c.attributes["chatlayers.trigger"] for c in compactions} == {"background"}
+    assert {attributes_of(c)["chatlayers.trigger"] for c in compactions} == {"background"}
     # The task inherited the context of the save or fetch that scheduled it.
     assert {parent_of(otel, c).name for c in compactions} <= {
         "chatlayers.save",
@@ -520,11 +525,11 @@ async def test_failed_and_timed_out_summarizer_calls(otel: Otel) -> None:
         (call,) = [
             s
             for s in otel.named("chatlayers.summarize")
-            if s.attributes["chatlayers.outcome"] == outcome
+            if attributes_of(s)["chatlayers.outcome"] == outcome
         ]
         assert not call.status.is_ok
         compaction = parent_of(otel, call)
-        assert compaction.attributes["chatlayers.outcome"] == "error"
+        assert attributes_of(compaction)["chatlayers.outcome"] == "error"
         assert otel.counter("chatlayers.summarizer.calls", **{"chatlayers.outcome": outcome}) == 1
     for value in exported_strings(otel):
         assert EMAIL not in value  # not even from the summarizer's error message
@@ -540,16 +545,16 @@ async def test_memory_summaries_and_a_manual_compaction_inside_a_command(otel: O
         assert layer is not None
         with operation(chats, "command", command="compact"):
             await layer.compact(KEY, summary=ChatMessage("system", "A summary written by hand."))
-    modes = {c.attributes["chatlayers.mode"] for c in otel.named("chatlayers.compaction")}
+    modes = {attributes_of(c)["chatlayers.mode"] for c in otel.named("chatlayers.compaction")}
     assert modes == {"memory"}
     manual = [
         c
         for c in otel.named("chatlayers.compaction")
-        if c.attributes["chatlayers.trigger"] == "manual"
+        if attributes_of(c)["chatlayers.trigger"] == "manual"
     ]
     assert len(manual) == 1
-    assert manual[0].attributes["chatlayers.kind"] == "given"
-    assert manual[0].attributes["chatlayers.outcome"] == "installed"
+    assert attributes_of(manual[0])["chatlayers.kind"] == "given"
+    assert attributes_of(manual[0])["chatlayers.outcome"] == "installed"
     assert parent_of(otel, manual[0]).name == "chatlayers.command"
 
 
@@ -578,5 +583,5 @@ async def test_a_second_worker_serves_the_first_workers_checkpoints_without_a_ca
     assert other.named("chatlayers.summarize") == []
     assert other.counter("chatlayers.summarizer.calls") == 0
     last = other.named("chatlayers.fetch")[-1]
-    assert last.attributes["chatlayers.summarized"] is True
-    assert last.attributes["chatlayers.user.hash"] == digest("user", KEY.user_id)  # correlated
+    assert attributes_of(last)["chatlayers.summarized"] is True
+    assert attributes_of(last)["chatlayers.user.hash"] == digest("user", KEY.user_id)  # correlated

@@ -83,7 +83,8 @@ def _whole_text_never_match(text: str, start: int, end: int) -> bool:
     for m in protected._DASHED_RE.finditer(text):
         if any(protected._mixed(part) for part in m.group().split("-")):
             spans.append(m.span())
-    starts, ends = [], []
+    starts: list[int] = []
+    ends: list[int] = []
     for s, e in sorted(spans):
         if starts and s <= ends[-1]:
             ends[-1] = max(ends[-1], e)

@@ -1,4 +1,4 @@
-"""Issue 11.3: every field that carries text is scrubbed; payload bytes never are; glued PII.
+"""Every field that carries text is scrubbed; payload bytes never are; glued PII.
 
 Shapes: OpenAI chat-completions content parts (``text``, ``refusal``, ``image_url``, ``file``,
 ``input_audio``), the assistant message's ``audio.transcript`` and ``refusal``, and

@@ -1,10 +1,11 @@
-"""Issue 14.6: dates of birth, street addresses and ZIP codes, in free text and in JSON fields
-whose key names them; and no detection on the non-PII text of an airline chat."""
+"""Free-text PII rules: dates of birth, street addresses and ZIP codes, in free text and in JSON
+fields whose key names them; and no detection on the non-PII text of an airline chat."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -168,7 +169,7 @@ def test_no_detection_on_airline_text_that_is_not_pii(scrubber: PIIScrubber, tex
 
 
 def test_json_fields_whose_key_names_the_entity(scrubber: PIIScrubber) -> None:
-    result = {
+    result: dict[str, Any] = {
         "name": {"first_name": "Mia", "last_name": "Li"},
         "address": {"address1": "975 Sunset Drive", "address2": "Suite 217", "zip": "78750"},
         "billing": {"postal_code": 10001, "Birth_Date": "April 5, 1990"},

@@ -1,4 +1,4 @@
-"""Issue 14.7: the optional NER recognizer behind the ``EntityRecognizer`` interface.
+"""The optional NER recognizer behind the ``EntityRecognizer`` interface.
 
 The adapters are tested with small stand-ins (a fake spaCy pipeline, a fake Presidio
 analyzer) everywhere; the real model runs when the ``ner`` extra is installed.

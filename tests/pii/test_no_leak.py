@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,15 +59,19 @@ def stored_bytes(root: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
+def messages_of(record: dict[str, object]) -> list[Any]:
+    messages = record["messages"]
+    assert isinstance(messages, list)
+    return messages
+
+
 async def replay(store: ChatStorage, records: list[dict[str, object]]) -> int:
     saved = 0
     for record in records:
         metadata = record.get("metadata") or {}
         user = str(metadata.get("user_id") or "user") if isinstance(metadata, dict) else "user"
         key = ChatKey(user, str(record["id"]), "airline-agent")
-        messages = record["messages"]
-        assert isinstance(messages, list)
-        for data in messages:  # turn by turn, as an agent saves them
+        for data in messages_of(record):  # turn by turn, as an agent saves them
             saved += len(await store.save(key, ChatMessage.from_openai(data)))
     return saved
 
@@ -89,7 +94,7 @@ async def test_no_input_email_reaches_the_store(tmp_path: Path, store_name: str)
     root.mkdir()
     store = TransformingChatStorage(STORES[store_name](root), scrubber)
     saved = await replay(store, records)
-    assert saved == sum(len(r["messages"]) for r in records)  # type: ignore[arg-type]
+    assert saved == sum(len(messages_of(r)) for r in records)
     assert scrubber.counts["EMAIL_ADDRESS"] >= len(emails)
 
     while_open = stored_bytes(root)  # the SQLite WAL holds the writes until a checkpoint

@@ -7,6 +7,7 @@ import json
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,7 @@ def entities(text: str) -> list[str]:
 def test_content_text(scrubber: PIIScrubber) -> None:
     message = ChatMessage("user", f"write to {EMAIL} please")
     out = scrubber(message, KEY)
+    assert isinstance(out.content, str)
     assert EMAIL not in out.content
     assert out.content.startswith("write to <EMAIL_ADDRESS_")
     assert out.content.endswith("> please")
@@ -53,11 +55,12 @@ def test_identity_kept_and_same_object_when_nothing_found(scrubber: PIIScrubber)
 
 
 def test_content_parts(scrubber: PIIScrubber) -> None:
-    parts = [
+    parts: list[dict[str, Any]] = [
         {"type": "text", "text": f"mail {EMAIL}"},
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
     ]
     out = scrubber(ChatMessage("user", parts), KEY)
+    assert isinstance(out.content, tuple)
     assert EMAIL not in out.content[0]["text"]
     assert entities(out.content[0]["text"]) == ["EMAIL_ADDRESS"]
     assert out.content[0]["type"] == "text"
@@ -127,15 +130,17 @@ def test_tool_result_json(scrubber: PIIScrubber) -> None:
     out = scrubber(message, KEY)
     assert out.tool_call_id == message.tool_call_id
     assert out.name == "get_user"
+    assert isinstance(out.content, str)
     parsed = json.loads(out.content)
     assert entities(parsed["user"]["email"]) == ["EMAIL_ADDRESS"]
-    assert entities(parsed["user"]["dob"]) == ["DATE_OF_BIRTH"]  # its key names it (14.6)
+    assert entities(parsed["user"]["dob"]) == ["DATE_OF_BIRTH"]  # its key names it
     assert parsed["user"]["id"] == "mia_li_3668"
 
 
 def test_tool_result_text(scrubber: PIIScrubber) -> None:
     message = ChatMessage("tool", f"Error: {EMAIL} not found", tool_call_id="c1")
     out = scrubber(message, KEY)
+    assert isinstance(out.content, str)
     assert entities(out.content) == ["EMAIL_ADDRESS"]
     assert out.content.startswith("Error: <")
     assert out.content.endswith("> not found")
@@ -445,6 +450,7 @@ async def test_transforming_stack_stores_scrubbed_messages() -> None:
     stored = await store.save(KEY, message)
     assert stored[0].id == message.id
     fetched = await store.fetch(KEY)
+    assert isinstance(fetched[0].content, str)
     assert EMAIL not in fetched[0].content
     assert entities(fetched[0].content) == ["EMAIL_ADDRESS"]
     assert await store.save(KEY, message) == []  # a retried save stays idempotent

@@ -1,4 +1,4 @@
-"""Issue 11.2: one rule for keys and text on every store, and bounded nesting.
+"""One rule for keys and text on every store, and bounded nesting.
 
 A lone surrogate (``"\\ud800"``) anywhere - a key part, ``name``, ``tool_call_id``, content,
 a part's text or key, a tool call, metadata, an extra field - is refused with
@@ -10,8 +10,7 @@ save, not on a later fetch from a deep call stack.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ import pytest
 from storage.errors import InvalidKeyError, InvalidMessageError
 from storage.message import MAX_DEPTH, ChatKey, ChatMessage, ToolCall
 from storage.protocol import ChatStorage
+from storage.testing.stack_depth import at_headroom
 from tests.conformance.stacks import BASES, _make, _scrubbed
 
 T = TypeVar("T")
@@ -196,20 +196,6 @@ def test_deep_input_builds_and_converts_without_recursion_error() -> None:
     assert node == "x"
     again = ChatMessage.from_openai(wire)
     assert again.to_openai()["content"][0]["x"] is not deep  # new objects every call
-
-
-def _frames() -> int:
-    frame, count = sys._getframe(), 0
-    while frame is not None:
-        count, frame = count + 1, frame.f_back  # type: ignore[assignment]
-    return count
-
-
-async def at_headroom(headroom: int, call: Callable[[], Awaitable[T]]) -> T:
-    """Await ``call()`` from a call stack with only about ``headroom`` frames left."""
-    if sys.getrecursionlimit() - _frames() > headroom:
-        return await at_headroom(headroom, call)
-    return await call()
 
 
 @pytest.mark.anyio

@@ -1,5 +1,5 @@
-"""ExtractiveSummarizer (DESIGN §6): offline, deterministic, turns kept verbatim, and a
-ledger of the facts said so far (ids, amounts, dates with what they refer to)."""
+"""ExtractiveSummarizer: offline, deterministic, turns kept verbatim, and a ledger of the facts said
+so far (ids, amounts, dates with what they refer to)."""
 
 from __future__ import annotations
 

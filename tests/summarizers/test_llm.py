@@ -1,4 +1,4 @@
-"""LiteLLMSummarizer (DESIGN §6), offline through litellm's ``mock_response``.
+"""LiteLLMSummarizer, offline through litellm's ``mock_response``.
 
 What is sent is recorded by wrapping ``litellm.acompletion`` (asyncio) and ``litellm.completion``
 (trio, run in a worker thread) with functions that record the request and call the real ones.

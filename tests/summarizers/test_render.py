@@ -124,7 +124,8 @@ def expected_tail(buffer: Sequence[ChatMessage], keep_last: int) -> list[ChatMes
 
 
 def check_result(buffer: list[ChatMessage], result: list[ChatMessage], keep_last: int) -> None:
-    """The rules every ready summarizer must meet (DESIGN §5 rule 7, §6)."""
+    """The rules every ready summarizer must meet: the buffer back unchanged when there is
+    nothing to summarize, else one summary, then the kept tail verbatim, a valid history."""
     tail = expected_tail(buffer, keep_last)
     if tail is None:
         assert result == buffer

@@ -1,5 +1,5 @@
-"""count_tokens (DESIGN §6): tiktoken, offline, the OpenAI cookbook's per-message overhead;
-and the public surface of ``summarizers``."""
+"""count_tokens: tiktoken, offline, the OpenAI cookbook's per-message overhead; and the public
+surface of ``summarizers``."""
 
 from __future__ import annotations
 
@@ -243,7 +243,7 @@ def test_public_names() -> None:
         assert getattr(summarizers, name) is not None
 
 
-# --- incremental counting and context windows (issue 13.2) --------------------------------
+# --- incremental counting and context windows ---------------------------------------------
 
 
 def _sample() -> list[ChatMessage]:

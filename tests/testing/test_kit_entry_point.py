@@ -1,5 +1,5 @@
-"""Issue 11.8: a third-party store, registered through an entry point, runs the conformance
-kit (``storage.testing``) in its own pytest session, exactly as its author would."""
+"""A third-party store, registered through an entry point, runs the conformance kit
+(``storage.testing``) in its own pytest session, exactly as its author would."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Crypto-shredding (issue 14 item 2): ``delete_user`` destroys the user's data key, so every
-copy of their ciphertext made before (a backup of the SQLite files, a copy of a JSONL
-directory) becomes unreadable while every other user's stays readable; byte-level checks
-that no message's plaintext is in any data file."""
+"""Crypto-shredding: ``delete_user`` destroys the user's data key, so every copy of their ciphertext
+made before (a backup of the SQLite files, a copy of a JSONL directory) becomes unreadable while
+every other user's stays readable; byte-level checks that no message's plaintext is in any data
+file."""
 
 from __future__ import annotations
 

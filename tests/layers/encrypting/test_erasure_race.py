@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import pytest
@@ -35,7 +35,7 @@ KINDS = ["sqlite", "jsonl"]
 
 
 def _held(base: type[Any]) -> type[Any]:
-    class Held(base):  # type: ignore[misc, valid-type]
+    class Held(base):  # type: ignore[misc]  # a base only known at run time
         """A store whose next write waits until the test lets it land."""
 
         hold: anyio.Event | None = None
@@ -53,6 +53,21 @@ def _held(base: type[Any]) -> type[Any]:
             return stored
 
     return Held
+
+
+@runtime_checkable
+class Holding(Protocol):
+    """What a ``Held`` store adds: the events a test holds its next write with."""
+
+    hold: anyio.Event | None
+    entered: anyio.Event | None
+
+
+def holding(stack: EncryptingChatStorage) -> Holding:
+    """The held store under ``stack`` (built with ``layer(..., held=True)``)."""
+    inner = stack.inner
+    assert isinstance(inner, Holding)
+    return inner
 
 
 HeldSQLite = _held(SQLiteChatStorage)
@@ -89,8 +104,8 @@ async def test_a_save_landing_after_another_instance_erased_its_user_is_refused(
 ) -> None:
     saver, eraser = layer(tmp_path, kind, held=True), layer(tmp_path, kind)
     await saver.save(ADA, ChatMessage("user", "before"))
-    hold = saver.inner.hold = anyio.Event()
-    entered = saver.inner.entered = anyio.Event()
+    hold = holding(saver).hold = anyio.Event()
+    entered = holding(saver).entered = anyio.Event()
     outcome: list[BaseException] = []
 
     async def racing_save() -> None:
@@ -123,8 +138,8 @@ async def test_an_erasure_waits_for_the_saves_of_its_user_in_flight(
     other = ChatKey("bob", "s", "a")
     await stack.save(ADA, ChatMessage("user", "before"))
     await stack.save(other, ChatMessage("user", "bob's"))
-    hold = stack.inner.hold = anyio.Event()
-    entered = stack.inner.entered = anyio.Event()
+    hold = holding(stack).hold = anyio.Event()
+    entered = holding(stack).entered = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stack.save, ADA, ChatMessage("user", "in flight"))
         await entered.wait()

@@ -1,8 +1,7 @@
-"""Keyrings (issue 14 items 1-2): the SQLite file keyring and a keyring in any store URL
-(memory, JSONL, a real Redis server): never created by a read or a write, first writer wins,
-compare-and-set re-wrapping that can never undo an erasure, a generation raised by every new
-key and erasure, erasure records naming key ids only, and concurrent first saves of one new
-user agreeing on one data key."""
+"""Keyrings: the SQLite file keyring and a keyring in any store URL (memory, JSONL, a real Redis
+server): never created by a read or a write, first writer wins, compare-and-set re-wrapping that
+can never undo an erasure, a generation raised by every new key and erasure, erasure records
+naming key ids only, and concurrent first saves of one new user agreeing on one data key."""
 
 from __future__ import annotations
 

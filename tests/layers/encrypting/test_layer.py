@@ -1,5 +1,5 @@
-"""The encrypting layer (issue 14 item 1): what it seals, what stays clear, bindings, config,
-abilities, and ``summarize::scrub::encrypt::sqlite`` keeping shared summaries."""
+"""The encrypting layer: what it seals, what stays clear, bindings, config, abilities, and
+``summarize::scrub::encrypt::sqlite`` keeping shared summaries."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Reversible placeholders (issue 14 item 4): with a vault, the scrubber's placeholders keep
-their original values encrypted under the user's data key; ``reveal`` shows them to an
-authorised reader, the model path never does, and the vault is shredded with the user. In a
-JSON tool result or tool-call arguments the originals are put back JSON-escaped."""
+"""Reversible placeholders: with a vault, the scrubber's placeholders keep their original values
+encrypted under the user's data key; ``reveal`` shows them to an authorised reader, the model
+path never does, and the vault is shredded with the user. In a JSON tool result or tool-call
+arguments the originals are put back JSON-escaped."""
 
 from __future__ import annotations
 

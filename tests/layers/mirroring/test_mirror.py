@@ -7,7 +7,6 @@ config; abilities. Real servers stopped mid-run: tests/layers/mirroring/test_ser
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -36,7 +35,7 @@ from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from storage.testing import FakeClock
 from tests.migrate.data import SUMMARY_META, T0, ListingOnly, conversation
-from tests.paths import REPO
+from tests.paths import code_blocks
 
 pytestmark = pytest.mark.anyio
 
@@ -319,7 +318,9 @@ async def test_config_by_url_and_toml(tmp_path: Path, monkeypatch: pytest.Monkey
         layer = stack.find(MirrorChatStorage)
         assert layer is not None
         assert layer.secondary_name.startswith("scrub?secret=***::sqlite:")  # redacted
-        assert record_side(layer.secondary).storage is not layer.secondary.base  # scrubbed
+        mirrored = layer.secondary
+        assert isinstance(mirrored, Stack)  # built from its URL
+        assert record_side(mirrored).storage is not mirrored.base  # scrubbed
 
 
 async def test_config_by_dict_and_env_redacts_the_password(
@@ -376,9 +377,8 @@ async def test_migrate_while_the_mirror_writes_the_same_conversations(tmp_path: 
         assert await equal(layer)
 
 
-def test_the_readme_cut_over_config_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "mirror" in b)
+def test_the_docs_cut_over_config_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = next(b for b in code_blocks("toml") if "mirror" in b)
     config = tmp_path / "cut-over.toml"
     config.write_text(block)
     monkeypatch.setenv("CHATLAYERS_NEW_DSN", "memory://")

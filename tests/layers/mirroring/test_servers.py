@@ -98,11 +98,11 @@ async def test_redis_secondary_killed_then_migrate_repairs_what_the_worker_left(
         assert layer.missed == 2
     await anyio.to_thread.run_sync(server.start)  # the worker is gone; its marks are not
     async with open_storage(primary) as store:
-        assert len(await store.list_keys(JOURNAL_USER)) == 2  # type: ignore[attr-defined]
+        assert len(await store.list_keys(JOURNAL_USER)) == 2
     done = run("verify", "--from", primary, "--to", server.url, check=1)
     assert "different" in done.stdout
     report = run_json("migrate", "--from", primary, "--to", server.url)
     assert (report["marks_repaired"], report["messages_copied"]) == (2, 4)
     run("verify", "--from", primary, "--to", server.url)
     async with open_storage(primary) as store:
-        assert await store.list_keys(JOURNAL_USER) == []  # type: ignore[attr-defined]
+        assert await store.list_keys(JOURNAL_USER) == []

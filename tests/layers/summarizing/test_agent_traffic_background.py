@@ -52,6 +52,7 @@ async def test_a_crossing_save_returns_before_the_summary_and_fetch_serves_meanw
         later = await layer.save(KEY, ChatMessage("user", "q9"))
         assert len(fake.calls) == 1  # one summary per key at a time
         assert (await layer.fetch(KEY))[-1] == later[0]
+        assert fake.gate is not None
         fake.gate.set()
         with anyio.fail_after(5):
             await layer.drain()
@@ -137,6 +138,7 @@ async def test_two_background_instances_make_one_summary_fleet_wide() -> None:
             await b.drain()
         assert b.lease_busy == 1
         assert len(fake.calls) == 1
+        assert fake.gate is not None
         fake.gate.set()
         with anyio.fail_after(5):
             await a.drain()

@@ -25,7 +25,7 @@ step = st.one_of(
     st.tuples(st.just("tool"), st.integers(1, 400)),  # a call and its result of N words
 )
 
-budgets = st.sampled_from(
+budgets: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
     [
         {"trigger_at": 3, "keep_last": 1},
         {"trigger_at": 5, "keep_last": 2},

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -185,7 +185,7 @@ async def test_every_instance_takes_the_same_hold_decision(
 
 @pytest.mark.parametrize("summaries", ["store", "memory"])
 async def test_a_held_view_is_compacted_again_when_a_new_turn_allows_cutting(
-    summaries: str,
+    summaries: Literal["store", "memory"],
 ) -> None:
     """The last two turns alone are over the budget (4 messages after the leading one): the
     compaction cannot get under it and holds the key. A new turn moves the cut, so the next
@@ -303,7 +303,7 @@ async def test_trimmed_results_in_the_view_carry_only_their_trimmed_marker() -> 
 @pytest.mark.parametrize("summaries", ["store", "memory"])
 @pytest.mark.parametrize("role", ["system", "developer"])
 async def test_manual_compact_keeps_the_pinned_prompt_first(
-    tmp_path: Path, summaries: str, role: str
+    tmp_path: Path, summaries: Literal["store", "memory"], role: str
 ) -> None:
     prompt = ChatMessage(role, "Follow the airline policy.")
     base: ChatStorage = SQLiteChatStorage(tmp_path / "m.db")

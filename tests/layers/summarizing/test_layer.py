@@ -5,6 +5,7 @@ fleets) are in the other ``test_summarizing_*`` modules."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -70,13 +71,13 @@ def pairs(count: int, start: int = 0) -> list[ChatMessage]:
 
 
 def stack(
-    summarizer: FakeSummarizer, trigger_at: int = 2, keep_last: int = 1, **kw: object
+    summarizer: FakeSummarizer, trigger_at: int = 2, keep_last: int = 1, **kw: Any
 ) -> tuple[SummarizingChatStorage, InMemoryChatStorage]:
     raw = InMemoryChatStorage()
     kw.setdefault("summaries", "memory")
     return SummarizingChatStorage(
         raw, summarizer, trigger_at=trigger_at, keep_last=keep_last, **kw
-    ), raw  # type: ignore[arg-type]
+    ), raw
 
 
 # Rule 1 -------------------------------------------------------------------------------------
@@ -457,7 +458,8 @@ def test_property_matches_reference_model(
         for op, arg in ops:
             if op == "save":
                 batch: list[ChatMessage] = []
-                for kind in arg:  # type: ignore[union-attr]
+                assert isinstance(arg, list)
+                for kind in arg:
                     counter += 1
                     if kind == "tool-turn":
                         cid = f"call{counter % 3}"  # ids reused across turns, as in real data
@@ -471,9 +473,10 @@ def test_property_matches_reference_model(
                 assert [m.id for m in stored] == [m.id for m in batch]
                 model.save(stored)
             else:
+                assert arg is None or isinstance(arg, int)
                 limit = arg
-                view = await layer.fetch(KEY, limit=limit)  # type: ignore[arg-type]
-                assert texts(view) == texts(model.fetch(limit))  # type: ignore[arg-type]
+                view = await layer.fetch(KEY, limit=limit)
+                assert texts(view) == texts(model.fetch(limit))
             # the raw store always holds exactly what was saved
             assert await raw.fetch(KEY) == model.raw
 

@@ -65,6 +65,7 @@ def test_text_parts_are_trimmed_and_other_parts_kept() -> None:
     ]
     out = trim_tool_results(view, keep_turns=1, max_chars=300)
     content = out[2].content
+    assert isinstance(content, tuple)
     assert len(content[0]["text"]) < 500
     assert content[1] == parts[1]
 

@@ -1,5 +1,5 @@
-"""JSONL store: every ability of ``storage.abilities`` (issues 12 items 1, 4, 7; 14 item 5;
-15 items 1, 2, 3), on the files themselves and across store instances."""
+"""JSONL store: every ability of ``storage.abilities``, on the files themselves and across store
+instances."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""JSONL store on ``BaseStore`` (issue 11 item 1, issue 15 item 7): its own URL, ``describe``
-as typed, errors from the tree, driver errors translated in one place."""
+"""JSONL store on ``BaseStore``: its own URL, ``describe`` as typed, errors from the tree, driver
+errors translated in one place."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JSONL store, issue 4 items 3, 4 and 8: atomic batches, damaged files, kill -9, compaction."""
+"""JSONL store: atomic batches, damaged files, kill -9, compaction."""
 
 from __future__ import annotations
 

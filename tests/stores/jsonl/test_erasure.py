@@ -1,6 +1,6 @@
-"""JSONL store, issue 11 item 5: after ``delete`` / ``delete_user`` (and a purge or a
-replace) returns, the erased text is in no file under the store's directory: not in
-compaction leftovers, temporary files, checkpoints, leases, records or summaries."""
+"""JSONL store erasure: after ``delete`` / ``delete_user`` (and a purge or a replace) returns, the
+erased text is in no file under the store's directory: not in compaction leftovers, temporary
+files, checkpoints, leases, records or summaries."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""JSONL store in production shapes: several processes on one directory (issue 11 item 4:
-concurrent turns stay contiguous, in commit order, and a tailing reader skips nothing; issue
-12 item 4: one lease and one checkpoint win across processes), and kill -9 in the middle of
-writes to the new sidecars (checkpoints, leases, records, rewrites)."""
+"""JSONL store in production shapes: several processes on one directory (concurrent turns stay
+contiguous, in commit order, and a tailing reader skips nothing; one lease and one checkpoint win
+across processes), and kill -9 in the middle of writes to the new sidecars (checkpoints, leases,
+records, rewrites)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def spawn(code: str, *args: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env)
 
 
-# --- concurrent turns (issue 11 item 4) --------------------------------------------------------
+# --- concurrent turns --------------------------------------------------------------------------
 
 TURNS_WORKER = r"""
 import json, os, sys, time
@@ -96,8 +96,8 @@ async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_pa
         name = fetched[at].rsplit("-", 1)[0]
         assert fetched[at : at + 4] == [f"{name}-{i}" for i in range(4)], at
     order = [fetched[at].rsplit("-", 1)[0] for at in range(0, len(fetched), 4)]
-    for p in range(2):
-        assert [n for n in order if n.startswith(f"p{p}-")] == [f"p{p}-t{t}" for t in range(turns)]
+    for w in range(2):
+        assert [n for n in order if n.startswith(f"p{w}-")] == [f"p{w}-t{t}" for t in range(turns)]
     switches = sum(a[:2] != b[:2] for a, b in itertools.pairwise(order))
     assert switches > 1  # the two really wrote at the same time
     # commit order: a turn whose save returned before another's began comes first
@@ -112,7 +112,7 @@ async def test_two_processes_saving_turns_stay_contiguous_in_commit_order(tmp_pa
     await store.aclose()
 
 
-# --- one lease, one checkpoint across processes (issue 12 item 4) -----------------------------
+# --- one lease, one checkpoint across processes -----------------------------------------------
 
 RACE_WORKER = r"""
 import os, sys, time

@@ -1,4 +1,4 @@
-"""JSONL store, issue 4 item 2: one file per key, names no key can escape or collide with."""
+"""JSONL store layout: one file per key, names no key can escape or collide with."""
 
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ HOSTILE = [
 part_strategy = st.one_of(
     st.sampled_from(HOSTILE),
     st.text(
-        # Lone surrogates are refused by ChatKey itself (issue 11 item 2).
-        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+        # Lone surrogates are refused by ChatKey itself.
+        st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
         min_size=1,
         max_size=40,
     ),

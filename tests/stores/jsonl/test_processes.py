@@ -1,4 +1,4 @@
-"""JSONL store, issue 4 item 5: several processes appending to one key and to one session."""
+"""JSONL store: several processes appending to one key and to one session."""
 
 from __future__ import annotations
 

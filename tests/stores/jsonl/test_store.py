@@ -1,4 +1,4 @@
-"""JSONL store, issue 4 items 3, 6, 7 and 8: unicode, bad input, tail reads, deletion, policies."""
+"""JSONL store: unicode, bad input, tail reads, deletion, policies."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Erasure on PostgreSQL (issue 11.5): after ``delete``/``delete_user`` no table holds the text,
-and after ``vacuum()`` (``VACUUM FULL``) plus a checkpoint no data file does either."""
+"""Erasure on PostgreSQL: after ``delete``/``delete_user`` no table holds the text, and after
+``vacuum()`` (``VACUUM FULL``) plus a checkpoint no data file does either."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Concurrent batches on PostgreSQL: each batch contiguous, sequence numbers in commit order.
 
-Issue 11.4: with a ``bigserial`` drawn row by row, two workers saving 4-message turns to one
+With a ``bigserial`` drawn row by row, two workers saving 4-message turns to one
 key at the same moment interleaved about one run in four, and a row committed late could
 get a number below what a tailing reader had already passed. The store now numbers a batch
 under the key's row lock. Writers here are two store instances (two pools) and two

@@ -1,5 +1,5 @@
-"""Issue 11.4 on Redis: concurrent 4-message turns stay contiguous, and a key's sequence order
-is its commit order, so a reader tailing with ``fetch_since`` never skips a message.
+"""Concurrent turns on Redis: 4-message turns stay contiguous, and a key's sequence order is its
+commit order, so a reader tailing with ``fetch_since`` never skips a message.
 
 Writers are tasks over two store instances and separate processes; the reader tails while
 they write. On one server and on a 3-node Cluster.

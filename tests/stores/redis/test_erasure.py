@@ -1,4 +1,4 @@
-"""Issue 11.5 on Redis: after delete / delete_user no key on the server holds the erased text.
+"""Erasure on Redis: after delete / delete_user no key on the server holds the erased text.
 
 Every key of every node is read back (SCAN, then DUMP and a type-aware read of each value,
 since DUMP may compress long strings), and the erased text must appear nowhere: not in
@@ -29,22 +29,28 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def _raw(value: object) -> bytes:
+    """A reply of a client that does not decode responses: bytes."""
+    assert isinstance(value, bytes), value
+    return value
+
+
 def _values(client: redis.Redis) -> Iterator[tuple[bytes, bytes]]:
     """``(key name, everything readable of its value)`` for every key of one server."""
     for name in client.scan_iter(count=1000):
-        kind = client.type(name).decode()
+        kind = _raw(client.type(name)).decode()
         parts: list[bytes] = [client.dump(name) or b""]
         if kind == "string":
-            parts.append(client.get(name) or b"")
+            parts.append(_raw(client.get(name) or b""))
         elif kind == "list":
-            parts += client.lrange(name, 0, -1)
+            parts += [_raw(v) for v in client.lrange(name, 0, -1)]
         elif kind == "set":
-            parts += list(client.smembers(name))
+            parts += [_raw(v) for v in client.smembers(name)]
         elif kind == "zset":
-            parts += list(client.zrange(name, 0, -1))
+            parts += [_raw(v) for v in client.zrange(name, 0, -1)]
         elif kind == "hash":
             for field, value in client.hgetall(name).items():
-                parts += [field, value]
+                parts += [_raw(field), _raw(value)]
         yield name, b"\n".join(parts)
 
 

@@ -9,7 +9,7 @@ concurrent writers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -79,7 +79,15 @@ def _keys(client: redis.Redis, prefix: str) -> list[str]:
 
 def _index(client: redis.Redis, key: str) -> set[str]:
     """The sessions of a user's index (a sorted set)."""
-    return {m.decode() if isinstance(m, bytes) else m for m in client.zrange(key, 0, -1)}
+    return {_text(m) for m in client.zrange(key, 0, -1)}
+
+
+def _text(member: object) -> str:
+    """A sorted-set member as text (bytes unless the client decodes responses)."""
+    if isinstance(member, bytes):
+        return member.decode()
+    assert isinstance(member, str), member
+    return member
 
 
 def _cluster_keys(cluster: RedisCluster, prefix: str) -> dict[int, list[str]]:
@@ -380,6 +388,7 @@ async def test_save_racing_session_erase_leaves_nothing_unlisted(
     """A save that recreates a session right after delete_user erased it (before it updates
     the user's session set) stays listed, so the next delete_user erases it."""
     from storage.stores.redis import scripts
+    from storage.stores.redis.lua import Script
 
     url = redis_cluster_url if cluster else redis_url
     async with RedisChatStorage(url, prefix=_prefix(), cluster=cluster) as s:
@@ -388,9 +397,9 @@ async def test_save_racing_session_erase_leaves_nothing_unlisted(
         run_script = s._redis.eval
         raced = False
 
-        async def erase_then_race(script: object, keys: list[str], args: list[object]) -> object:
+        async def erase_then_race(script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
             nonlocal raced
-            result = await run_script(script, keys, args)  # type: ignore[arg-type]
+            result = await run_script(script, keys, args)
             if script is scripts.DELETE_SESSION and not raced:
                 raced = True
                 await s.save(key, ChatMessage("user", "new"))
@@ -579,7 +588,7 @@ async def test_cluster_crash_between_write_and_index_update_leaves_data_listed(
         key = ChatKey("u", "s", "a")
         at = datetime(2024, 5, 1, tzinfo=UTC)
 
-        async def crash(*args: object) -> None:
+        async def crash(*args: object, **kwargs: object) -> None:
             raise StorageUnavailableError("worker died")
 
         s._ctx.reindex = crash  # type: ignore[method-assign]

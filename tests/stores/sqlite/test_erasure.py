@@ -1,6 +1,6 @@
-"""SQLite store, issue 11 item 5: after ``delete`` / ``delete_user`` / a retention purge
-returns, the erased text is in none of the database's files (main, ``-wal``, ``-shm``):
-messages, their search index, summary checkpoints and records alike.
+"""SQLite store erasure: after ``delete`` / ``delete_user`` / a retention purge returns, the erased
+text is in none of the database's files (main, ``-wal``, ``-shm``): messages, their search index,
+summary checkpoints and records alike.
 
 Every check greps the raw bytes of every file, for the text as written and for the
 normalized words the search index holds; a marker of data that was kept is found by the

@@ -1,4 +1,4 @@
-"""SQLite store across processes (issue 11 item 4, issue 12 items 1 and 4, store side).
+"""SQLite store across processes: concurrent turns, leases and checkpoints, approvals.
 
 - Two processes saving 4-message turns to one key at the same moment: each turn is
   contiguous in ``fetch`` order, every time, and per-key order is commit order: a reader
@@ -6,7 +6,7 @@
 - Three processes racing for one lease and one checkpoint compare-and-set: exactly one
   wins each, and every process reads the winner's checkpoint.
 - A tool approval recorded in one process is found by a new one, which resumes the
-  pending call (issue 15 item 3).
+  pending call.
 """
 
 from __future__ import annotations

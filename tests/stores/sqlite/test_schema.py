@@ -1,4 +1,4 @@
-"""SQLite store, issue 11 item 6: the schema version in ``PRAGMA user_version``.
+"""SQLite store: the schema version in ``PRAGMA user_version``.
 
 A database written by a newer chatlayers is refused on open with ``SchemaVersionError``
 naming both versions, and never written; a database of every older version is migrated
