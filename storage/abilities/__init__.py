@@ -3,7 +3,8 @@
 ``ChatStorage`` (``storage.protocol``) is what every store and layer must do. The protocols
 here are what a store *can* do on top: list its keys, tell a cache whether it is current,
 keep a summary checkpoint, replace a conversation atomically, list a user's sessions, search,
-keep application records, purge old messages. Every built-in store implements all of them.
+keep application records, purge old messages, fork, rewind and read a record as it stood
+(:class:`TimeTravelStorage`). Every built-in store implements all of them.
 
 Every layer declares, per ability, whether it passes it through unchanged, transforms it
 (implements its methods: a scrubber scrubs a checkpoint's messages, an encrypting layer
@@ -42,6 +43,18 @@ from storage.abilities.protocols import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
+)
+from storage.abilities.timeline import (
+    AsOf,
+    Rewind,
+    Timeline,
+    ViewKind,
+    ViewProvenance,
+    check_as_of,
+    mark_rewound,
+    rewound_at,
+    view_kind,
 )
 from storage.abilities.values import (
     ConversationRecord,
@@ -57,6 +70,7 @@ __all__ = [
     "ABILITIES",
     "Abilities",
     "AbilityForwarders",
+    "AsOf",
     "CheckpointStorage",
     "ConversationRecord",
     "DescribableStorage",
@@ -67,6 +81,7 @@ __all__ = [
     "RecordStorage",
     "ReplaceableStorage",
     "RetentionStorage",
+    "Rewind",
     "SearchHit",
     "SearchableStorage",
     "SequencedStorage",
@@ -75,10 +90,18 @@ __all__ = [
     "SessionPage",
     "SummaryCheckpoint",
     "Tail",
+    "TimeTravelStorage",
+    "Timeline",
+    "ViewKind",
+    "ViewProvenance",
+    "check_as_of",
     "decode_session_cursor",
     "encode_session_cursor",
     "find_ability",
     "forward",
+    "mark_rewound",
+    "rewound_at",
+    "view_kind",
 ]
 
 

@@ -26,6 +26,7 @@ from storage.abilities.protocols import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
 )
 
 if TYPE_CHECKING:
@@ -135,3 +136,8 @@ class AbilityForwarders:
     save_record = forward(RecordStorage.save_record)
     fetch_records = forward(RecordStorage.fetch_records)
     purge = forward(RetentionStorage.purge)
+    fork = forward(TimeTravelStorage.fork)
+    rewind = forward(TimeTravelStorage.rewind)
+    fetch_as_of = forward(TimeTravelStorage.fetch_as_of)
+    fetch_timeline = forward(TimeTravelStorage.fetch_timeline)
+    provenance = forward(TimeTravelStorage.provenance)

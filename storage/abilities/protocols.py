@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from storage.abilities.timeline import AsOf, Timeline, ViewProvenance
 from storage.abilities.values import (
     ConversationRecord,
     Head,
@@ -37,6 +38,7 @@ __all__ = [
     "SearchableStorage",
     "SequencedStorage",
     "SessionListing",
+    "TimeTravelStorage",
     "ability_methods",
     "offered_through",
 ]
@@ -121,8 +123,20 @@ class SequencedStorage(Protocol, metaclass=_AbilityMeta):
 class CheckpointStorage(SequencedStorage, Protocol):
     """A store that keeps one summary checkpoint per key and short leases for summarizing."""
 
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
-        """The key's checkpoint, or ``None`` (also when it belongs to an older epoch)."""
+    async def load_checkpoint(
+        self, key: ChatKey, *, version: int | None = None
+    ) -> SummaryCheckpoint | None:
+        """The key's checkpoint, or ``None`` (also when it belongs to an older epoch).
+
+        With ``version``: that version of the key's checkpoint as it was stored, whatever
+        came after it (a later compaction, a rewind that voided it), or ``None`` when it is
+        not kept. Stores keep every version of a key until a ``replace`` or a retention purge
+        of the key renumbers its record, or an erasure; each version names the epoch it was
+        made under (compare it with what you expect). Versions of a key never repeat while
+        it keeps them: ``head(key).checkpoint_version`` is the newest (a rewind that voids
+        the checkpoint leaves it there, so the next one is ``+1``), and versions 1 to it
+        that return a checkpoint are what a copy of the key (``migrate``) carries over.
+        """
         ...
 
     async def save_checkpoint(
@@ -256,6 +270,109 @@ class RetentionStorage(Protocol, metaclass=_AbilityMeta):
         ...
 
 
+@runtime_checkable
+class TimeTravelStorage(Protocol, metaclass=_AbilityMeta):
+    """A record that can be forked, rewound and read as it stood, and a stack that can say
+    what the model was given for a reply.
+
+    The record stays append-only: :meth:`rewind` hides messages from the view without
+    deleting them, :meth:`fork` copies, :meth:`fetch_as_of` and :meth:`fetch_timeline` read.
+
+    What a faithful copy of a key carries (a mirror, a migration): its messages in store
+    order, rewound ones included (:meth:`fetch_timeline`); its rewinds
+    (``Timeline.rewinds``), replayed in order: save the messages up to and including the one
+    with the rewind's ``through_seq``, then ``rewind(key, rewind.to_id)`` (which hides the
+    same messages; the copy's rewind gets its own ``created_at`` and ``seq``); and its
+    checkpoint versions (:meth:`CheckpointStorage.load_checkpoint` with ``version``).
+    """
+
+    async def fork(self, key: ChatKey, new_key: ChatKey, *, at: str | None = None) -> int:
+        """Copy the record of ``key`` into ``new_key``, which must hold no message.
+
+        ``new_key`` gets the view of ``key`` up to and including message ``at`` as it stood
+        right after ``at`` was saved (``fetch_as_of(key, at)``: for a message of the current
+        view, the view up to it), or the whole current view when ``at`` is ``None``: in
+        order, with the same ids, contents and ``created_at``; rewound messages and records
+        are not copied. The two keys then diverge. A summary checkpoint of ``key`` that
+        covers exactly the copied messages up to its ``covers_to`` (its current one, or an
+        older version of the same epoch) is carried over with ``covers_to`` renumbered to
+        ``new_key``'s sequence, so a summarizing stack serves the fork the same view with no
+        summarizer call. The messages are copied atomically, only while ``new_key`` holds
+        none; the checkpoint follows in a second write (derived data: a fork that lost it
+        is summarized again).
+
+        Returns:
+            How many messages were copied.
+
+        Raises:
+            InvalidKeyError: a key is not a ``ChatKey``.
+            InvalidArgumentError: ``new_key`` is ``key`` or belongs to another user (a fork
+                never crosses users); ``at`` is not the id of a message of ``key``.
+            ConflictError: ``new_key`` holds messages (nothing copied).
+        """
+        ...
+
+    async def rewind(self, key: ChatKey, to: str) -> int:
+        """Hide the messages of the view after message ``to``.
+
+        Afterwards ``fetch(key)`` (and a summarizing stack's view) is the view up to and
+        including ``to``, then whatever is saved after the rewind. Nothing is deleted: the
+        hidden messages stay in the record (:meth:`fetch_timeline`), ``fetch_all_chats``
+        lists them with ``metadata["chatlayers"]["rewound"]`` (the UTC ISO-8601 time of the
+        rewind), ``delete``/``delete_user`` erase them and retention purges them like any
+        message. Their ids stay taken: saving one again is a no-op (save a copy under a new
+        id to bring it back). A summary checkpoint that covers a hidden message is dropped
+        from the view (its version is kept); one that covers only kept messages stays. The
+        key's epoch changes, so every worker's cache rebuilds on its next read. Rewinding
+        again, also to a message saved after an earlier rewind, hides more.
+
+        Returns:
+            How many messages were hidden (0 when ``to`` is the newest: nothing changes).
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: ``to`` is not the id of a message of the current view
+                (unknown, or hidden by an earlier rewind).
+        """
+        ...
+
+    async def fetch_as_of(self, key: ChatKey, at: AsOf) -> list[ChatMessage]:
+        """The record as it stood at ``at``: messages saved later and rewinds made later not
+        applied, earlier rewinds applied (:meth:`Timeline.as_of`: a sequence number, a
+        message id, or a timezone-aware datetime compared with ``created_at``, which a caller
+        may have set).
+
+        Raises:
+            InvalidArgumentError: ``at`` is none of those, or a message id the record lacks.
+        """
+        ...
+
+    async def fetch_timeline(self, key: ChatKey) -> Timeline:
+        """The key's whole record in one snapshot: every message with its sequence number,
+        rewound ones included, and the rewinds."""
+        ...
+
+    async def provenance(self, key: ChatKey, message_id: str) -> ViewProvenance | None:
+        """What the model was given for the reply ``message_id``: the view served by the
+        last fetch of ``key`` before the reply was saved, rebuilt exactly (the summary as it
+        was then, even after later compactions or rewinds).
+
+        A summarizing layer records it (the checkpoint version and the raw range, not a
+        copy) when the next assistant message saved through it after a fetch through it is
+        that reply. ``None`` when it cannot be known: the reply was saved without such a
+        fetch, what it answered is gone (a ``replace`` or a retention purge renumbered the
+        record, an erasure), or the stack has no summarizing layer. A stack without one
+        serves the record itself: the model was then given the record before the reply,
+        ``fetch_as_of(key, seq - 1)`` with ``seq`` the reply's sequence number (or the
+        newest ``limit`` of it when the caller fetched with one).
+
+        Raises:
+            InvalidKeyError: ``key`` is not a ``ChatKey``.
+            InvalidArgumentError: ``message_id`` is not a non-empty str.
+        """
+        ...
+
+
 ABILITIES: tuple[type, ...] = (
     DescribableStorage,
     ListableStorage,
@@ -266,6 +383,7 @@ ABILITIES: tuple[type, ...] = (
     SearchableStorage,
     RecordStorage,
     RetentionStorage,
+    TimeTravelStorage,
 )
 """Every optional ability, each declared by every layer (passes, transforms or hides)."""
 

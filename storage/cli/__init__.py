@@ -5,7 +5,8 @@ Commands (each takes ``--url URL`` or ``--config FILE`` to choose the stack, def
 and ``--json`` for machine output)::
 
     chatlayers replay FILE...        save conversations turn by turn, fetch like an orchestrator
-    chatlayers show --session S      what the model would see (or --raw: the stored record)
+    chatlayers show --session S      what the model would see (--raw: the stored record,
+                                     --as-of AT: the record as it stood then)
     chatlayers stack                 the composed stack, outermost first
     chatlayers sessions --user U     a user's sessions, newest activity first
     chatlayers search --user U WORDS a user's messages matching WORDS, best first
@@ -15,11 +16,15 @@ and ``--json`` for machine output)::
     chatlayers delete --user U       erase a user, a session, or one conversation
     chatlayers purge                 delete messages older than the store's retention
     chatlayers compact               summarize one conversation now, or tidy JSONL files
-    chatlayers keys new|rotate|status master keys of the encrypt layer (never printed back)
+    chatlayers keys new|init|rotate|status|accept   master keys and the keyring of the encrypt
+                                     layer (keys never printed back)
     chatlayers eval FILE...          fact retention of stacks' views vs truncation, fresh stores
     chatlayers migrate --from A --to B  copy every conversation (checkpoints too), resumable
     chatlayers verify --from A --to B   compare key by key, exit 1 at the first difference
     chatlayers diff FILE... --url A --url B   two stacks on the same conversations (canary)
+    chatlayers fork --session S ...  copy a conversation (up to a message) into a new one
+    chatlayers rewind --session S --to ID   hide the messages after one (kept in the record)
+    chatlayers why --message ID      the view a reply answered: summary, verbatim, trimmed
 
 This package's ``__init__`` builds the parser from the commands registered by the modules
 in :data:`COMMAND_MODULES` (:mod:`storage.cli.registry`; a new command module is one line
@@ -59,6 +64,7 @@ COMMAND_MODULES: Final = (
     "storage.cli.eval",
     "storage.cli.migrate",
     "storage.cli.diff",
+    "storage.cli.travel",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 

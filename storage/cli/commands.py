@@ -29,7 +29,7 @@ from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
 
-__all__ = ["database", "render_message", "store_label"]
+__all__ = ["conversation_key", "database", "render_message", "store_label"]
 
 
 def store_label(stack: Stack) -> str:
@@ -165,34 +165,60 @@ def _tokens(count: int | None) -> int | str:
     return "n/a (pip install 'chatlayers[llm]')" if count is None else count
 
 
-async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
-    user_id = args.user
+async def conversation_key(
+    stack: Stack, user_id: str | None, session_id: str, agent_id: str
+) -> ChatKey:
+    """The key of a conversation named on the command line; ``user_id`` found from the
+    session when omitted (the stack's key listing).
+
+    Raises:
+        ConfigError: the session holds no conversation, not that agent, or several users'.
+    """
     if user_id is None:
-        keys = await require_listable(stack).list_keys(None, args.session)
+        keys = await require_listable(stack).list_keys(None, session_id)
         if not keys:
-            raise ConfigError(f"no conversation is stored in session {args.session!r}")
-        users = sorted({k.user_id for k in keys if k.agent_id == args.agent})
+            raise ConfigError(f"no conversation is stored in session {session_id!r}")
+        users = sorted({k.user_id for k in keys if k.agent_id == agent_id})
         if not users:
             agents = ", ".join(sorted({repr(k.agent_id) for k in keys}))
             raise ConfigError(
-                f"session {args.session!r} has no agent {args.agent!r}; its agents: {agents}"
+                f"session {session_id!r} has no agent {agent_id!r}; its agents: {agents}"
             )
         if len(users) > 1:
             found = ", ".join(repr(u) for u in users)
             raise ConfigError(
-                f"--user is needed: session {args.session!r} (agent {args.agent!r}) has "
+                f"--user is needed: session {session_id!r} (agent {agent_id!r}) has "
                 f"several users: {found}"
             )
         user_id = users[0]
-    key = ChatKey(user_id, args.session, args.agent)
+    return ChatKey(user_id, session_id, agent_id)
+
+
+async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
+    key = await conversation_key(stack, args.user, args.session, args.agent)
+    if args.as_of is not None:
+        from storage.cli.travel import show_as_of
+
+        messages, at = await show_as_of(stack, key, args.as_of, args.limit)
+        view, view_name = "as_of", f"record as of {at}"
+        if out.json_mode:
+            out.json({"view": view, "as_of": str(at), **conversation_record(key, messages)})
+            return 0
+        return _print_view(out, key, messages, view_name, args.limit)
     source = stack.base if args.raw else stack
     messages = await source.fetch(key, limit=args.limit)
     view = "raw" if args.raw else "model"
     if out.json_mode:
         out.json({"view": view, **conversation_record(key, messages)})
         return 0
+    return _print_view(out, key, messages, "raw record" if args.raw else "model view", args.limit)
+
+
+def _print_view(
+    out: Output, key: ChatKey, messages: list[ChatMessage], view_name: str, limit: int | None
+) -> int:
     if not messages:
-        if args.limit == 0:
+        if limit == 0:
             out.note("--limit 0: no message asked for")
             return 0
         # As when the session itself is unknown (found without --user): an error, exit 1.
@@ -201,7 +227,6 @@ async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     for index, message in enumerate(messages):
         role = message.role + (" (summary)" if message.is_summary else "")
         rows.append((index, role, render_message(message)))
-    view_name = "raw record" if args.raw else "model view"
     title = f"{view_name} of {key}: {plural(len(messages), 'message')}"
     if out.rich:
         out.table(title, ("#", "role", "content"), rows)
@@ -336,6 +361,13 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent id (default {DEFAULT_AGENT})")
     p.add_argument("--raw", action="store_true", help="the stored record, not the model view")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N newest messages")
+    p.add_argument(
+        "--as-of",
+        default=None,
+        metavar="AT",
+        help="the record as it stood then: a sequence number, a message id (id:X to be "
+        "sure) or an ISO-8601 time (UTC when it has no zone)",
+    )
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:

@@ -53,8 +53,12 @@ class Output:
         if self.rich:
             from rich.console import Console
             from rich.table import Table
+            from rich.text import Text
 
-            table = Table(title=title, show_header=show_header, title_justify="left")
+            # Cells hold stored text ("[result of call_1]"): plain Text, never rich markup.
+            table = Table(
+                title=Text(title) if title else None, show_header=show_header, title_justify="left"
+            )
             for index, column in enumerate(columns):
                 table.add_column(
                     column,
@@ -62,7 +66,7 @@ class Output:
                     overflow="fold",
                 )
             for row in rows:
-                table.add_row(*(_cell(v) for v in row))
+                table.add_row(*(Text(_cell(v)) for v in row))
             Console(file=self.out, soft_wrap=False).print(table)
             return
         if title:

@@ -32,6 +32,7 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
 )
 from storage.errors import ConfigError
 from storage.message import AgentMessage, ChatKey, ChatMessage
@@ -82,6 +83,7 @@ class TelemetryChatStorage(ChatStorageWrapper):
             SessionListing,
             SearchableStorage,
             RecordStorage,
+            TimeTravelStorage,
         ),
         transforms=(DescribableStorage, ReplaceableStorage, RetentionStorage),
     )

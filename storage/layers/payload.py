@@ -19,6 +19,14 @@ in the hooks:
 
 Every hook defaults to identity; a layer whose way up is identity declares the pure reads
 ``passes`` (and forwards ``fetch`` and friends) so its reads cost nothing.
+
+Time travel: ``fetch_as_of`` and ``fetch_timeline`` bring their messages up; ``rewind`` and
+``provenance`` carry no payload and are forwarded; ``fork`` is the copy of
+:func:`storage.abilities.forking.fork_by_copy` run through this layer, so each message and
+checkpoint is brought up with the source key and down again with the new one (what a layer
+whose payloads are bound to their key needs: an encrypting layer re-seals under the new key's
+associated data). A layer whose payloads do not depend on the key passes the ability instead
+(the store copies what it holds).
 """
 
 from __future__ import annotations
@@ -43,8 +51,12 @@ from storage.abilities import (
     SessionListing,
     SummaryCheckpoint,
     Tail,
+    Timeline,
+    TimeTravelStorage,
     forward,
 )
+from storage.abilities.forking import fork_by_copy
+from storage.abilities.timeline import AsOf
 from storage.errors import InvalidMessageError
 from storage.history import prepare_batch, validate_history
 from storage.message import AgentMessage, ChatKey, ChatMessage
@@ -63,6 +75,7 @@ if TYPE_CHECKING:
         SearchableStorage,
         RecordStorage,
         RetentionStorage,
+        TimeTravelStorage,
         DescribableStorage,
     ):
         """The component below, typed with every ability (a method is called only when the
@@ -103,6 +116,7 @@ class PayloadLayer(ChatStorageWrapper):
             ReplaceableStorage,
             SearchableStorage,
             RecordStorage,
+            TimeTravelStorage,
         ),
     )
 
@@ -201,11 +215,18 @@ class PayloadLayer(ChatStorageWrapper):
             seqs = tuple(seq for seq, stored in pairs if stored.id in kept)
         return Tail(tail.head, seqs, tuple(messages))
 
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
-        """The checkpoint with its messages brought up; ``None`` also when some did not
-        come up (a summary cannot lose a message silently: the view is rebuilt from the
-        raw record instead)."""
-        checkpoint = await self._below.load_checkpoint(key)
+    async def load_checkpoint(
+        self, key: ChatKey, *, version: int | None = None
+    ) -> SummaryCheckpoint | None:
+        """The checkpoint (or its kept ``version``) with its messages brought up; ``None``
+        also when some did not come up (a summary cannot lose a message silently: the view
+        is rebuilt from the raw record instead)."""
+        below = self._below
+        checkpoint = (
+            await below.load_checkpoint(key)
+            if version is None
+            else await below.load_checkpoint(key, version=version)
+        )
         if checkpoint is None:
             return None
         messages = await self._up(key, list(checkpoint.messages), "checkpoint")
@@ -331,3 +352,41 @@ class PayloadLayer(ChatStorageWrapper):
         if not records:
             return records
         return await self._up_records(key, records)
+
+    # --- TimeTravelStorage ----------------------------------------------------------------
+
+    rewind = forward(TimeTravelStorage.rewind)
+    provenance = forward(TimeTravelStorage.provenance)
+
+    async def fetch_as_of(self, key: ChatKey, at: AsOf) -> list[ChatMessage]:
+        """The inner store's record as it stood at ``at``, its messages brought up."""
+        stored = await self._below.fetch_as_of(key, at)
+        if not stored:
+            return stored
+        return await self._up(key, stored, "messages")
+
+    async def fetch_timeline(self, key: ChatKey) -> Timeline:
+        """The inner store's timeline, its messages brought up (one that does not come up
+        is left out with its sequence number)."""
+        timeline = await self._below.fetch_timeline(key)
+        if not timeline.messages:
+            return timeline
+        messages = await self._up(key, list(timeline.messages), "messages")
+        seqs = timeline.seqs
+        if len(messages) != len(seqs):
+            kept = {m.id for m in messages}
+            pairs = zip(timeline.seqs, timeline.messages, strict=True)
+            seqs = tuple(seq for seq, stored in pairs if stored.id in kept)
+        return attrs.evolve(timeline, seqs=seqs, messages=messages)
+
+    async def fork(self, key: ChatKey, new_key: ChatKey, *, at: str | None = None) -> int:
+        """Copy the view of ``key`` into the empty ``new_key`` through this layer (each
+        message and the carried checkpoint brought up with ``key`` and down with
+        ``new_key``): :meth:`storage.abilities.TimeTravelStorage.fork`.
+
+        Raises:
+            InvalidArgumentError: ``new_key`` is ``key`` or of another user; ``at`` is not
+                a message of ``key``.
+            ConflictError: ``new_key`` holds messages (nothing copied).
+        """
+        return await fork_by_copy(self, key, new_key, at)

@@ -9,13 +9,15 @@ result was never saved. ``StrictViewChatStorage`` rewrites only what ``fetch`` r
 (:func:`strict_view`); saves, ``fetch_all_chats`` and every write ability pass through
 unchanged. Put it outermost (``strict::summarize::scrub::sqlite:///chats.db``): it does not
 forward the abilities that read raw messages (``SequencedStorage``, ``CheckpointStorage``),
-so a summarizing layer above it could only summarize the strict view in memory.
+so a summarizing layer above it could only summarize the strict view in memory. Time travel
+acts on the record and passes through, except ``provenance``: the view a reply answered is
+reshaped as this layer served it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import attrs
 
@@ -30,6 +32,9 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
+    ViewProvenance,
+    forward,
 )
 from storage.errors import ConfigError
 from storage.message import INSTRUCTION_ROLES, ChatKey, ChatMessage, thaw
@@ -197,9 +202,14 @@ class StrictViewChatStorage(ChatStorageWrapper):
             RecordStorage,
             RetentionStorage,
         ),
-        transforms=(DescribableStorage,),
+        transforms=(DescribableStorage, TimeTravelStorage),
         hides=(SequencedStorage, CheckpointStorage),
     )
+    # The record's time travel is the record's: forwarded; a reply's view is reshaped.
+    fork = forward(TimeTravelStorage.fork)
+    rewind = forward(TimeTravelStorage.rewind)
+    fetch_as_of = forward(TimeTravelStorage.fetch_as_of)
+    fetch_timeline = forward(TimeTravelStorage.fetch_timeline)
 
     def __init__(
         self,
@@ -223,6 +233,19 @@ class StrictViewChatStorage(ChatStorageWrapper):
         """The inner view (``limit`` applied below), reshaped by :func:`strict_view`."""
         view = await self.inner.fetch(key, limit=limit)
         return strict_view(view, later_system=self.later_system, leading=self.leading)
+
+    async def provenance(self, key: ChatKey, message_id: str) -> ViewProvenance | None:
+        """The view the inner stack recorded for the reply, reshaped by :func:`strict_view`
+        as this layer served it (``None`` when the inner stack cannot tell)."""
+        found: ViewProvenance | None = await self._timetravel.provenance(key, message_id)
+        if found is None:
+            return None
+        view = strict_view(found.messages, later_system=self.later_system, leading=self.leading)
+        return attrs.evolve(found, messages=tuple(view))
+
+    @property
+    def _timetravel(self) -> TimeTravelStorage:
+        return cast(TimeTravelStorage, self.inner)
 
     def describe(self) -> str:
         return f"StrictViewChatStorage(later_system={self.later_system}, leading={self.leading})"

@@ -21,6 +21,7 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
     forward,
 )
 from storage.errors import InvalidMessageError
@@ -29,7 +30,16 @@ from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 from storage.telemetry import Recorder, recorder
 
-__all__ = ["BatchTransform", "MessageTransform", "RecordTransform", "TransformingChatStorage"]
+__all__ = [
+    "OWN_KINDS",
+    "BatchTransform",
+    "MessageTransform",
+    "RecordTransform",
+    "TransformingChatStorage",
+]
+
+OWN_KINDS = "chatlayers."
+"""Record kinds chatlayers writes itself (no text; never given to ``transform_record``)."""
 
 MessageTransform: TypeAlias = Callable[
     [ChatMessage, ChatKey], "ChatMessage | Awaitable[ChatMessage | None] | None"
@@ -57,9 +67,14 @@ class TransformingChatStorage(PayloadLayer):
     ``save_messages_if`` and each message of a summary checkpoint (``save_checkpoint``).
     Records (``save_record``) go through the transform's ``transform_record(record, key)``
     when it has one (``PIIScrubber`` scrubs their data); a plain function transform leaves
-    them as they are. Reads, heads and tails, leases, sessions, search and purge pass
-    through unchanged; each ability is present only when the inner store has it
-    (:func:`storage.abilities.find_ability`).
+    them as they are, and so do records of chatlayers' own kinds (``chatlayers.*``, such as
+    the summarizing layer's ``chatlayers.provenance``: ids, sequence numbers and times, never
+    text, which a transform must not rewrite). Reads, heads and tails, leases, sessions,
+    search, purge and time travel pass through unchanged; each ability is present only when
+    the inner store has it (:func:`storage.abilities.find_ability`). A ``fork`` copies what
+    the store holds, transformed already: scrubbed text keeps the placeholders of the
+    conversation it was saved in (a scrubber's placeholders depend on the key), so a value
+    met again after the fork gets the fork's own placeholder.
 
     Args:
         inner: the wrapped store.
@@ -83,6 +98,7 @@ class TransformingChatStorage(PayloadLayer):
             SessionListing,
             SearchableStorage,
             RetentionStorage,
+            TimeTravelStorage,
         ),
         transforms=(DescribableStorage, CheckpointStorage, ReplaceableStorage, RecordStorage),
     )
@@ -174,7 +190,7 @@ class TransformingChatStorage(PayloadLayer):
         self, key: ChatKey, record: ConversationRecord, send: SendRecord
     ) -> ConversationRecord:
         transform = self._record_transform
-        if transform is not None:
+        if transform is not None and not record.kind.startswith(OWN_KINDS):
             result = transform(record, key)
             record = await result if inspect.isawaitable(result) else result
         return await send(record)

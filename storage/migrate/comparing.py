@@ -3,10 +3,13 @@
 Both are read through their record parts (:func:`~storage.migrate.sides.record_side`):
 the keys, then per key the messages (ids, order, every field), the summary checkpoint
 (summarizer, time, the message it covers by id, since sequence numbers are each store's
-own, and its summary messages) and the records (ids, order, kind, data, time). The walk
-stops at the first difference and names it. With ``views``, it also fetches each
-conversation through both whole stacks (a ``summarize::`` layer serves checkpoint + tail)
-and compares what the model would see, counting the summarizer calls that took.
+own, and its summary messages), the rewinds and every checkpoint version (by the same
+marks: :meth:`~storage.migrate.sides.Snapshot.rewind_marks`, ``version_marks``) and the
+records (ids, order, kind, data, time). The walk stops at the first difference and names it.
+With ``views``, it also fetches each conversation through both whole stacks (a
+``summarize::`` layer serves checkpoint + tail) and compares what the model would see, and
+the view each reply with a provenance record answered, counting the summarizer calls that
+took.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any
 
 import attrs
 
-from storage.abilities import ConversationRecord, SummaryCheckpoint
+from storage.abilities import ConversationRecord, SummaryCheckpoint, TimeTravelStorage, find_ability
 from storage.config.stack import components
+from storage.layers.summarizing.provenance import KIND as PROVENANCE
 from storage.message import ChatKey, ChatMessage
 from storage.migrate.sides import Side, Snapshot, key_order, read_snapshot, record_side
 from storage.protocol import ChatStorage
@@ -144,13 +148,67 @@ def _compare_checkpoints(src: Snapshot, tgt: Snapshot) -> str | None:
     return compare_messages(a.messages, b.messages, "summary message")
 
 
-def compare_snapshots(src: Snapshot, tgt: Snapshot) -> str | None:
-    """The first difference between one conversation's two snapshots (``None``: equal)."""
+def _compare_rewinds(src: Snapshot, tgt: Snapshot) -> str | None:
+    """Rewinds, by what they name: the message, how many they hid, where they were made
+    (checkpoint versions: by summarizer, time, covered message and summary ids)."""
+    ours, theirs = src.rewind_marks(), tgt.rewind_marks()
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+        if a != b:
+            return (
+                f"rewind {index}: to {a[0]!r} hiding {a[1]} after message {a[2]} in the "
+                f"source, to {b[0]!r} hiding {b[1]} after message {b[2]} in the target"
+            )
+    if len(ours) != len(theirs):
+        return f"{len(ours)} rewinds in the source, {len(theirs)} in the target"
+    return None
+
+
+def _compare_versions(src: Snapshot, tgt: Snapshot) -> str | None:
+    versions, others = src.version_marks(), tgt.version_marks()
+    for index, (c, d) in enumerate(zip(versions, others, strict=False)):
+        if c != d:
+            return f"checkpoint version {index + 1} of the source differs in the target"
+    if len(versions) != len(others):
+        return f"{len(versions)} checkpoint versions in the source, {len(others)} in the target"
+    return None
+
+
+def compare_snapshots(src: Snapshot, tgt: Snapshot, *, history: bool = True) -> str | None:
+    """The first difference between one conversation's two snapshots (``None``: equal);
+    ``history``: rewinds and checkpoint versions too (both sides have time travel)."""
     return (
         compare_messages(src.messages, tgt.messages)
+        or (_compare_rewinds(src, tgt) if history else None)
         or _compare_checkpoints(src, tgt)
+        or (_compare_versions(src, tgt) if history else None)
         or _compare_records(src.records, tgt.records)
     )
+
+
+async def _compare_provenance(
+    source: ChatStorage, target: ChatStorage, key: ChatKey, src: Snapshot
+) -> str | None:
+    """The view each reply answered, rebuilt by both whole stacks (replies with a
+    provenance record)."""
+    ours = find_ability(source, TimeTravelStorage)
+    theirs = find_ability(target, TimeTravelStorage)
+    if ours is None or theirs is None:
+        return None
+    for record in src.records:
+        if record.kind != PROVENANCE or not isinstance(record.data.get("reply"), str):
+            continue
+        reply = record.data["reply"]
+        a, b = await ours.provenance(key, reply), await theirs.provenance(key, reply)
+        if (a is None) != (b is None):
+            where = "source" if b is None else "target"
+            return f"the view reply {reply!r} answered is known only in the {where}"
+        if a is not None and b is not None:
+            what = compare_messages(
+                a.messages, b.messages, f"message of the view {reply!r} answered"
+            )
+            if what is not None:
+                return what
+    return None
 
 
 async def _compare_key(
@@ -170,10 +228,12 @@ async def _compare_key(
     report.records += len(a.records)
     if b.empty and not a.empty:
         return Difference(key, "not in the target")
-    what = compare_snapshots(a, b)
+    what = compare_snapshots(a, b, history=src.travel is not None and tgt.travel is not None)
     if what is None and views:
         report.views += 1
-        what = compare_messages(await source.fetch(key), await target.fetch(key), "view message")
+        what = compare_messages(
+            await source.fetch(key), await target.fetch(key), "view message"
+        ) or await _compare_provenance(source, target, key, a)
     return None if what is None else Difference(key, what)
 
 

@@ -16,6 +16,12 @@ Idempotent and resumable by message and record ids (a store keeps a saved id onc
    its own messages), so both serve the same view.
 3. A conversation the source does not hold is deleted from the target.
 
+A conversation's history goes too (:mod:`.replaying`): every checkpoint version (so the
+view provenance of each reply is rebuilt from the target) and, for a conversation with
+rewinds, the rewinds in their place (the whole history replayed into the emptied target
+unless it holds the same already; a rewind copied gets the target's time, so the
+``rewound`` marker ``fetch_all_chats`` puts on the same messages holds the copy's time).
+
 Writes go through the target side's layers (a ``scrub::`` target scrubs again, which
 changes nothing on scrubbed data; an ``encrypt::`` target seals with its own keys).
 """
@@ -29,6 +35,7 @@ import attrs
 from storage.abilities import ConversationRecord, SummaryCheckpoint
 from storage.errors import ConfigError, ConflictError, InvalidMessageError
 from storage.message import ChatKey, ChatMessage
+from storage.migrate.replaying import replay, same_history, save_versions
 from storage.migrate.sides import Side, Snapshot, read_snapshot
 
 __all__ = ["BATCH", "KeyCopy", "sync_key"]
@@ -105,6 +112,8 @@ async def _sync_once(
             await target.storage.delete(key)
             done.deleted = True
         return done
+    if src.rewinds or tgt.rewinds:
+        return await _sync_history(target, key, src, tgt, batch, done)
     src_ids = [m.id for m in src.messages]
     held = [m.id for m in tgt.messages]
     version = tgt.head.version if tgt.head is not None else None
@@ -132,7 +141,32 @@ async def _sync_once(
         after = await read_snapshot(target, key)
         if [m.id for m in after.messages][: len(src_ids)] != src_ids:
             return None
-    done.checkpoint_copied = await _sync_checkpoint(target, key, src, after)
+    if src.checkpoint is not None and src.versions and target.travel is not None:
+        done.checkpoint_copied = await save_versions(target, key, src, after) > 0
+    else:
+        done.checkpoint_copied = await _sync_checkpoint(target, key, src, after)
+    return done
+
+
+async def _sync_history(
+    target: Side, key: ChatKey, src: Snapshot, tgt: Snapshot, batch: int, done: KeyCopy
+) -> KeyCopy | None:
+    """A key with rewinds (on either side): left alone when the target holds the same
+    history, else written again from nothing by replaying the source's
+    (:func:`~storage.migrate.replaying.replay`); ``None`` when a write got in the way."""
+    if same_history(src, tgt):
+        return done
+    if tgt.messages or tgt.records or tgt.checkpoint is not None or tgt.versions:
+        await target.storage.delete(key)
+        done.rewritten = True
+    try:
+        done.messages_copied, versions = await replay(target, key, src, batch=batch)
+    except ConflictError:
+        return None
+    done.records_copied = len(src.records)
+    done.checkpoint_copied = versions > 0
+    if not same_history(src, await read_snapshot(target, key)):
+        return None
     return done
 
 

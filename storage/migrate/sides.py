@@ -27,8 +27,10 @@ from storage.abilities import (
     RecordStorage,
     ReplaceableStorage,
     RetentionStorage,
+    Rewind,
     SequencedStorage,
     SummaryCheckpoint,
+    TimeTravelStorage,
     find_ability,
 )
 from storage.config.stack import components, describe_lines
@@ -64,6 +66,7 @@ class Side:
     records: RecordStorage | None
     replaceable: ReplaceableStorage | None
     retention: RetentionStorage | None
+    travel: TimeTravelStorage | None = None
 
     async def keys(self, user_id: str | None = None) -> list[ChatKey]:
         """Every conversation, sorted, the layers' own bookkeeping left out.
@@ -94,6 +97,7 @@ def record_side(stack: object) -> Side:
         records=find_ability(chosen, RecordStorage),
         replaceable=find_ability(chosen, ReplaceableStorage),
         retention=find_ability(chosen, RetentionStorage),
+        travel=find_ability(chosen, TimeTravelStorage),
     )
 
 
@@ -102,12 +106,16 @@ class Snapshot:
     """One conversation as a side holds it.
 
     Attributes:
-        messages: the raw record, oldest first.
+        messages: the raw record, oldest first (rewound messages included, unmarked, on a
+            side with time travel).
         seqs: the sequence number of each message (``None``: the side has none).
         head: the key's head at the read (``None`` without sequence numbers).
         checkpoint: the summary checkpoint of the record read (``None``: none), its
             ``covers_to`` one of ``seqs``.
         records: the application records, in store order.
+        rewinds: the key's rewinds, oldest first (their ``seq`` among ``seqs``).
+        versions: every checkpoint version the side keeps, oldest first (the current one
+            last when there is one), each with its own ``epoch`` and ``covers_to``.
     """
 
     messages: tuple[ChatMessage, ...]
@@ -115,10 +123,41 @@ class Snapshot:
     head: Head | None
     checkpoint: SummaryCheckpoint | None
     records: tuple[ConversationRecord, ...]
+    rewinds: tuple[Rewind, ...] = ()
+    versions: tuple[SummaryCheckpoint, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not self.messages and not self.records and self.checkpoint is None
+
+    def id_at(self, seq: int) -> str | None:
+        """The id of the message with sequence number ``seq`` (``None``: none)."""
+        if self.seqs is None:
+            return None
+        for message, at in zip(self.messages, self.seqs, strict=True):
+            if at == seq:
+                return message.id
+        return None
+
+    def version_marks(self) -> list[tuple[str, str, str | None, tuple[str, ...]]]:
+        """What names each kept version across stores: its summarizer, time, the id of
+        the message it covers and its summary messages' ids (sequence numbers, epochs and
+        version numbers are each store's own)."""
+        return [
+            (
+                v.summarizer,
+                v.created_at.isoformat(),
+                self.id_at(v.covers_to),
+                tuple(m.id for m in v.messages),
+            )
+            for v in self.versions
+        ]
+
+    def rewind_marks(self) -> list[tuple[str, int, int]]:
+        """What names each rewind across stores: the message it rewound to, how many it
+        hid, and how many messages the record held when it was made."""
+        seqs = self.seqs or ()
+        return [(r.to_id, r.hidden, sum(1 for s in seqs if s < r.seq)) for r in self.rewinds]
 
     def seq_of(self, message_id: str) -> int | None:
         """The sequence number of the message ``message_id`` (``None``: not held)."""
@@ -150,15 +189,21 @@ async def read_snapshot(side: Side, key: ChatKey) -> Snapshot:
     messages: tuple[ChatMessage, ...] = ()
     seqs: tuple[int, ...] | None = None
     head: Head | None = None
+    rewinds: tuple[Rewind, ...] = ()
     for _ in range(_ATTEMPTS):
         checkpoint = (
             await side.checkpoints.load_checkpoint(key) if side.checkpoints is not None else None
         )
-        if side.sequenced is None:
+        if side.travel is not None:  # the whole record, rewound messages and rewinds too
+            timeline = await side.travel.fetch_timeline(key)
+            messages, seqs, head = timeline.messages, timeline.seqs, timeline.head
+            rewinds = timeline.rewinds
+        elif side.sequenced is None:
             messages = tuple(await side.storage.fetch(key))
             break
-        tail = await side.sequenced.fetch_since(key, 0)
-        messages, seqs, head = tail.messages, tail.seqs, tail.head
+        else:
+            tail = await side.sequenced.fetch_since(key, 0)
+            messages, seqs, head = tail.messages, tail.seqs, tail.head
         if checkpoint is None or (
             checkpoint.epoch == head.epoch and checkpoint.version == head.checkpoint_version
         ):
@@ -172,4 +217,14 @@ async def read_snapshot(side: Side, key: ChatKey) -> Snapshot:
     ):
         checkpoint = None  # void: made under another record, or covering nothing held
     records = tuple(await side.records.fetch_records(key)) if side.records is not None else ()
-    return Snapshot(messages, seqs, head, checkpoint, records)
+    versions = await _versions(side, key, head) if side.travel is not None else ()
+    return Snapshot(messages, seqs, head, checkpoint, records, rewinds, versions)
+
+
+async def _versions(side: Side, key: ChatKey, head: Head | None) -> tuple[SummaryCheckpoint, ...]:
+    """Every checkpoint version ``side`` keeps for ``key`` (1 to the head's), oldest first."""
+    if side.checkpoints is None or head is None:
+        return ()
+    load: Any = side.checkpoints.load_checkpoint
+    found = [await load(key, version=v) for v in range(1, head.checkpoint_version + 1)]
+    return tuple(v for v in found if v is not None)

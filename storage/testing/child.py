@@ -4,7 +4,8 @@
 strings), ``prefix``, ``batches`` and ``batch_size``: opens ``url`` with ``open_storage``,
 saves ``batches`` batches of ``batch_size`` messages one batch at a time, and prints
 ``ack N`` (flushed) after batch ``N`` was acknowledged. Message ids are
-``{prefix}-{N}-{i}``, texts ``{prefix}:{N}:{i}``.
+``{prefix}-{N}-{i}``, texts ``{prefix}:{N}:{i}``. With ``rewind`` (a message id) instead, it
+rewinds the key to that message and prints ``rewound N`` (the messages hidden).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ async def _write(spec: dict[str, Any]) -> None:
 
     key = ChatKey(*spec["key"])
     async with open_storage(spec["url"]) as store:
+        if "rewind" in spec:
+            hidden = await store.rewind(key, spec["rewind"])
+            sys.stdout.write(f"rewound {hidden}\n")
+            sys.stdout.flush()
+            return
         for n in range(int(spec["batches"])):
             stored = await store.save_messages(
                 key, batch(spec["prefix"], n, int(spec["batch_size"]))

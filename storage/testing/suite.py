@@ -25,6 +25,7 @@ from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
 from storage.testing.retention_tests import RetentionTests
 from storage.testing.session_tests import SessionAbilityTests
+from storage.testing.timetravel_tests import TimeTravelTests
 
 __all__ = ["ConformanceSuite"]
 
@@ -37,6 +38,7 @@ class ConformanceSuite(
     DifferentialTests,
     FaultTests,
     RetentionTests,
+    TimeTravelTests,
     LayerPathTests,
     ReliabilityTests,
     EncryptionFaultTests,

@@ -21,6 +21,7 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
 )
 from storage.errors import ConfigError, InvalidKeyError
 from storage.layers.encrypting.apart import check_apart, check_durable
@@ -62,7 +63,9 @@ class EncryptingChatStorage(RecordsAndVault, Sealing, PayloadLayer):
 
     Abilities: heads and tails (decrypted), checkpoints (messages encrypted on save,
     decrypted on load), leases, replace and conditional saves, session listing, records
-    (data encrypted), retention purge and key listing are offered; every message and record
+    (data encrypted), retention purge, key listing and time travel are offered (a ``fork``
+    opens each message and the carried checkpoint with the source key and seals it again
+    under the new key's associated data; a rewind touches no ciphertext); every message and record
     crosses the layer at one seam (:class:`~storage.layers.payload.PayloadLayer`, with the
     hooks of :mod:`.seam` and :mod:`.records`). Search is hidden: a store cannot search
     ciphertext, so a stack with this layer has no ``SearchableStorage``.
@@ -115,6 +118,7 @@ class EncryptingChatStorage(RecordsAndVault, Sealing, PayloadLayer):
             ReplaceableStorage,
             RecordStorage,
             RetentionStorage,
+            TimeTravelStorage,
         ),
         hides=(SearchableStorage,),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from storage.abilities import mark_rewound, rewound_at
 from storage.errors import CorruptRecordError
 from storage.layers.encrypting.cache import PlainCache
 from storage.layers.encrypting.datakeys import DataKeys
@@ -164,7 +165,11 @@ class Sealing:
                 skip |= await self._skippable(data_key, key, [row.message], row.message.id)
                 opened = []
             if opened:
-                out.append(AgentMessage(row.agent_id, opened[0]))
+                message = opened[0]
+                when = rewound_at(row.message)  # the store's marker, on the skeleton
+                if when is not None:
+                    message = mark_rewound(message, when)
+                out.append(AgentMessage(row.agent_id, message))
         return out
 
     # --- sealing and opening -----------------------------------------------------------

@@ -28,6 +28,7 @@ from storage.abilities import (
     SequencedStorage,
     SessionListing,
     SummaryCheckpoint,
+    TimeTravelStorage,
     find_ability,
     forward,
 )
@@ -36,6 +37,7 @@ from storage.durations import Duration, PositiveDuration, parse_duration, parse_
 from storage.errors import ConfigError, ConflictError
 from storage.layers.mirroring.misses import Misses
 from storage.message import ChatKey, ChatMessage
+from storage.migrate.copying import sync_key
 from storage.migrate.journal import Journal, Mark, is_reserved
 from storage.migrate.sides import record_side
 from storage.protocol import ChatStorage, ChatStorageWrapper
@@ -54,6 +56,7 @@ _MIRRORED = (
     ReplaceableStorage,
     RecordStorage,
     RetentionStorage,
+    TimeTravelStorage,
 )
 
 
@@ -109,8 +112,11 @@ class MirrorChatStorage(ChatStorageWrapper):
       ``ReplaceableStorage`` (``replace`` as stored by the primary, its compare done there;
       ``save_messages_if`` as a plain save of what the primary stored), ``RecordStorage``
       (saves mirrored, reads from the primary), ``RetentionStorage`` (``purge`` runs on both
-      with the same ``now``), ``ListableStorage`` (the primary's keys without the journal's
-      own) and ``DescribableStorage``;
+      with the same ``now``), ``TimeTravelStorage`` (``rewind`` on both, to the same
+      message; ``fork`` on the primary, then the fork copied to the secondary as the primary
+      made it; as-of reads, timelines and provenance from the primary),
+      ``ListableStorage`` (the primary's keys without the journal's own) and
+      ``DescribableStorage``;
     - passed: ``SequencedStorage``, ``SessionListing``, ``SearchableStorage`` (reads, from
       the primary); nothing is hidden.
 
@@ -147,12 +153,16 @@ class MirrorChatStorage(ChatStorageWrapper):
             ReplaceableStorage,
             RecordStorage,
             RetentionStorage,
+            TimeTravelStorage,
         ),
     )
     load_checkpoint = forward(CheckpointStorage.load_checkpoint)
     acquire_lease = forward(CheckpointStorage.acquire_lease)
     release_lease = forward(CheckpointStorage.release_lease)
     fetch_records = forward(RecordStorage.fetch_records)
+    fetch_as_of = forward(TimeTravelStorage.fetch_as_of)
+    fetch_timeline = forward(TimeTravelStorage.fetch_timeline)
+    provenance = forward(TimeTravelStorage.provenance)
 
     def __init__(
         self,
@@ -442,6 +452,39 @@ class MirrorChatStorage(ChatStorageWrapper):
             for earlier in self._misses.purges_before(at):
                 await self._misses.repair(earlier)
         return count
+
+    async def rewind(self, key: ChatKey, to: str) -> int:
+        """Rewind the primary, then the secondary to the same message (it holds the same
+        record, so the same messages are hidden; one that differs is marked and repaired,
+        the history copied again)."""
+        async with self._locks.hold(key):
+            hidden = await self._primary.rewind(key, to)
+            if hidden:
+                travel = self._need(self._sec.travel)
+
+                async def follow() -> None:
+                    there = await travel.rewind(key, to)
+                    if there != hidden:
+                        raise ConflictError(
+                            f"{key}: rewinding to {to!r} hid {there} messages on the secondary, "
+                            f"{hidden} on the primary"
+                        )
+
+                await self._follow(Mark.of_key(key), follow, self._key_pending(key))
+        return hidden
+
+    async def fork(self, key: ChatKey, new_key: ChatKey, *, at: str | None = None) -> int:
+        """Fork on the primary, then copy the fork as the primary made it to the secondary
+        (its messages and carried checkpoint: :func:`~storage.migrate.copying.sync_key`), so
+        the secondary never forks from a copy of ``key`` that lags behind."""
+        async with self._locks.hold(new_key):
+            copied = await self._primary.fork(key, new_key, at=at)
+            await self._follow(
+                Mark.of_key(new_key),
+                lambda: sync_key(self._misses.primary, self._sec, new_key),
+                self._key_pending(new_key),
+            )
+        return copied
 
     def describe(self) -> str:
         return (

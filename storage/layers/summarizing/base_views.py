@@ -16,10 +16,12 @@ from typing import Generic, TypeVar
 
 import attrs
 
+from storage.abilities import ViewProvenance
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.calling import describe_summarizer
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
+from storage.layers.summarizing.provenance import Recorder
 from storage.layers.summarizing.state import KeyState, KeyStates
 from storage.message import ChatKey, ChatMessage
 from storage.summarizer import ChatSummarizer
@@ -65,6 +67,7 @@ class BaseViews(ABC, Generic[S]):
         states: KeyStates[S],
         summarizer: ChatSummarizer,
         background: BackgroundRunner | None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.options = options
         self.policy = policy
@@ -73,6 +76,7 @@ class BaseViews(ABC, Generic[S]):
         self.summarizer_name = describe_summarizer(summarizer)
         self.background = background
         self.counts = Counters()
+        self.recorder = recorder if recorder is not None else Recorder(None, 0)
         self.fallback = options.fallback  # read on every fetch: an attribute, not a property
         # The newest window a view with no summary is served as (fallback, pair budget).
         self.window = options.threshold if options.fallback else None
@@ -101,6 +105,17 @@ class BaseViews(ABC, Generic[S]):
             self.states.drop_user(user_id)
         else:
             self.states.clear()
+        self.recorder.forget(key, user_id=user_id)
+
+    async def provenance(self, key: ChatKey, message_id: str) -> ViewProvenance | None:
+        """The view the reply answered, rebuilt (:mod:`.provenance`), or ``None``."""
+        return await self.recorder.rebuild(key, message_id, self.memory_head)
+
+    def memory_head(self, key: ChatKey, compaction: int) -> Sequence[ChatMessage] | None:
+        """The stored form of the summary part of ``key``'s view while this instance holds
+        compaction ``compaction`` (memory mode; ``None`` in store mode, where checkpoints
+        are kept)."""
+        return None
 
     def generation(self, key: ChatKey) -> int:
         state = self.states.get(key)
@@ -119,6 +134,8 @@ class BaseViews(ABC, Generic[S]):
         ``generation``: the view's generation before the save; a read-back that ran during
         the save (a changed generation) may have brought these messages already.
         """
+        if self.recorder.noted and stored:
+            await self.recorder.link(key, stored)
         state = self.states.get(key)
         if state is None or not stored:
             return stored

@@ -28,9 +28,11 @@ from storage.abilities import (
     SearchableStorage,
     SequencedStorage,
     SessionListing,
+    TimeTravelStorage,
 )
 from storage.layers.summarizing.attributes import LayerAttributes
 from storage.layers.summarizing.background import BackgroundRunner
+from storage.layers.summarizing.edits import RecordEdits
 from storage.layers.summarizing.options import (
     CoherenceChoice,
     ContextWindow,
@@ -63,7 +65,7 @@ from storage.summarizer import ChatSummarizer, default_summarizer
 __all__ = ["SummarizingChatStorage"]
 
 
-class SummarizingChatStorage(LayerAttributes, ChatStorageWrapper):
+class SummarizingChatStorage(LayerAttributes, RecordEdits, ChatStorageWrapper):
     """Serve a summarized view of long histories; the inner store keeps every raw message.
 
     Args:
@@ -195,7 +197,7 @@ class SummarizingChatStorage(LayerAttributes, ChatStorageWrapper):
             SearchableStorage,
             RecordStorage,
         ),
-        transforms=(DescribableStorage, ReplaceableStorage, RetentionStorage),
+        transforms=(DescribableStorage, ReplaceableStorage, RetentionStorage, TimeTravelStorage),
         hides=(CheckpointStorage,),
     )
 
@@ -356,31 +358,6 @@ class SummarizingChatStorage(LayerAttributes, ChatStorageWrapper):
             key, messages, expected_version=expected_version
         )
         return await views.after_save(key, stored, generation)
-
-    async def replace(
-        self,
-        key: ChatKey,
-        messages: Sequence[ChatMessage],
-        *,
-        expected_version: str | None = None,
-    ) -> list[ChatMessage]:
-        """Atomically replace the key's raw record (the store drops its checkpoint); the
-        cached view is dropped, so the next fetch is built from the new record.
-        ``expected_version`` is passed to the stack below (its ``replace`` decides).
-
-        Raises:
-            InvalidMessageError: ``messages`` is not a valid history (nothing changed).
-        """
-        views = self._views
-        views.forget(key)
-        inner: Any = self.inner
-        try:
-            result: list[ChatMessage] = await inner.replace(
-                key, messages, expected_version=expected_version
-            )
-        finally:
-            views.forget(key)
-        return result
 
     # --- manual compaction ---------------------------------------------------------------
 

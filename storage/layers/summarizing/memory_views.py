@@ -42,6 +42,7 @@ from storage.layers.summarizing.projection import (
     start_right,
     without_orphans,
 )
+from storage.layers.summarizing.provenance import Recorder
 from storage.layers.summarizing.reporting import CompactionReport, compaction_span
 from storage.layers.summarizing.state import KeyStates, MemoryState
 from storage.message import ChatKey, ChatMessage
@@ -101,10 +102,11 @@ class MemoryViews(BaseViews[MemoryState]):
         background: BackgroundRunner | None,
         *,
         inner: ChatStorage,
+        recorder: Recorder | None = None,
     ) -> None:
         measure = policy.message_size()
         states = KeyStates(options.max_buffers, lambda: MemoryState(measure))
-        super().__init__(options, policy, states, summarizer, background)
+        super().__init__(options, policy, states, summarizer, background, recorder)
         self.inner = inner
         self._explicit = attrs.evolve(policy, on_error="raise")  # compact() always raises
         self.compaction = Compaction(options, policy, self.counts)
@@ -117,6 +119,20 @@ class MemoryViews(BaseViews[MemoryState]):
         return f"m:{state.compactions if state is not None and state.view else 0}"
 
     async def fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
+        view, head, window, compaction = await self._view(key)
+        served = serve(view, limit, window)
+        self.recorder.note(key, view, head, limit, window, len(served), None, compaction)
+        return served
+
+    def memory_head(self, key: ChatKey, compaction: int) -> Sequence[ChatMessage] | None:
+        state = self.states.get(key)
+        if state is None or state.view is None or state.compactions != compaction:
+            return None
+        return state.stored
+
+    async def _view(self, key: ChatKey) -> tuple[list[ChatMessage], int, int | None, int]:
+        """The key's view (summarized first when due), the length of its summary part, the
+        newest window it is served as and its compaction number (0: no summary)."""
         policy = self.policy
         state = self.states.get(key)
         if state is not None and state.view is not None:
@@ -126,16 +142,18 @@ class MemoryViews(BaseViews[MemoryState]):
                     self.schedule(state, key)
                 else:
                     await self._resummarize(state, key)
-            return serve(state.view, limit, self.serve_window(state))
+            return self._shown(state)
         raw = self._raw_view(await self.inner.fetch(key))
         if not policy.over(raw):
-            return serve(raw, limit, None)
+            return raw, 0, None, 0
         state = self.states.create(key)
         if self.background is not None:  # serve the raw history now; the summary comes later
             if state.view is None and not state.lock.locked():
                 state.show((), raw)
             self.schedule(state, key)
-            return serve(state.view or raw, limit, self.serve_window(state))
+            if state.view is None:
+                return raw, 0, None, 0
+            return self._shown(state)
         async with state.lock:
             if state.view is None:
                 # Re-read under the lock (saves may have landed while we waited); saves that
@@ -151,10 +169,14 @@ class MemoryViews(BaseViews[MemoryState]):
                 if not policy.over(raw):
                     state.summarizing = False
                     self._drop_if_cold(key, state)
-                    return serve(raw, limit, None)
+                    return raw, 0, None, 0
                 await self._summarize(state, key, raw, activation=True)
-            assert state.view is not None
-            return serve(state.view, limit, self.serve_window(state))
+            return self._shown(state)
+
+    def _shown(self, state: MemoryState) -> tuple[list[ChatMessage], int, int | None, int]:
+        assert state.view is not None
+        compaction = state.compactions if state.n_summary else 0
+        return state.view, state.n_summary, self.serve_window(state), compaction
 
     def _saving(self, state: MemoryState, stored: Sequence[ChatMessage]) -> None:
         if state.summarizing:

@@ -33,6 +33,7 @@ from storage.layers.summarizing.hold import with_hold, without_hold
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import serve
+from storage.layers.summarizing.provenance import Recorder
 from storage.layers.summarizing.reporting import compaction_span
 from storage.layers.summarizing.state import KeyStates, StoreState
 from storage.message import ChatKey, ChatMessage
@@ -75,10 +76,11 @@ class StoreViews(BaseViews[StoreState]):
         *,
         store: CheckpointStorage,
         owner: str,
+        recorder: Recorder | None = None,
     ) -> None:
         measure = policy.message_size()
         states = KeyStates(options.max_buffers, lambda: StoreState(measure))
-        super().__init__(options, policy, states, summarizer, background)
+        super().__init__(options, policy, states, summarizer, background, recorder)
         self.store = store
         self.owner = owner
         self.coherent = options.coherence == "store"
@@ -125,10 +127,12 @@ class StoreViews(BaseViews[StoreState]):
                     self.schedule(state, key)
                 else:
                     await self._trigger(state, key, wait=False, activation=False)
-            window = self.window
-            if window is not None and state.n_summary == 0:
-                return serve(state.view, limit, window)  # no summary yet: newest window
-            return serve(state.view, limit, None)
+            window = self.window if state.n_summary == 0 else None  # no summary: newest window
+            served = serve(state.view, limit, window)
+            self.recorder.note(
+                key, state.view, state.n_summary, limit, window, len(served), state.checkpoint
+            )
+            return served
         return await self._fetch_cold(key, limit)
 
     async def _fetch_cold(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
@@ -149,7 +153,12 @@ class StoreViews(BaseViews[StoreState]):
             else:
                 await self._trigger(state, key, wait=True, activation=True)
         assert state.view is not None
-        return serve(state.view, limit, self.serve_window(state))
+        window = self.serve_window(state)
+        served = serve(state.view, limit, window)
+        self.recorder.note(
+            key, state.view, state.n_summary, limit, window, len(served), state.checkpoint
+        )
+        return served
 
     def _recheck_due(self, state: StoreState) -> bool:
         """``coherence="process"``: whether the cached key's head is due a read (at most once

@@ -20,13 +20,14 @@ import socket
 import uuid
 from typing import Any, Protocol
 
-from storage.abilities import CheckpointStorage, find_ability
+from storage.abilities import CheckpointStorage, ViewProvenance, find_ability
 from storage.errors import ConfigError
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import Counters
 from storage.layers.summarizing.memory_views import MemoryViews
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
+from storage.layers.summarizing.provenance import Recorder
 from storage.layers.summarizing.state import KeyStates
 from storage.layers.summarizing.store_views import StoreViews
 from storage.message import ChatKey, ChatMessage
@@ -83,6 +84,10 @@ class Views(Protocol):
         """Drop cached views: the key's, the user's (``user_id``), or every one (neither)."""
         ...
 
+    async def provenance(self, key: ChatKey, message_id: str) -> ViewProvenance | None:
+        """The view the reply ``message_id`` answered, rebuilt, or ``None``."""
+        ...
+
 
 def open_views(
     inner: ChatStorage,
@@ -105,7 +110,10 @@ def open_views(
             "summaries='store' needs summary checkpoints, which this stack does not offer "
             f"(inner: {described}); use summaries='memory' for in-process summaries"
         )
+    recorder = Recorder(inner, options.max_buffers)
     if store is None or options.summaries == "memory":
-        return MemoryViews(options, policy, summarizer, background, inner=inner)
+        return MemoryViews(options, policy, summarizer, background, inner=inner, recorder=recorder)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    return StoreViews(options, policy, summarizer, background, store=store, owner=owner)
+    return StoreViews(
+        options, policy, summarizer, background, store=store, owner=owner, recorder=recorder
+    )

@@ -4,7 +4,8 @@ What it gives a store (so the five stores cannot drift apart):
 
 - every public method, written once: the ``ChatStorage`` methods (:mod:`.core`) and those
   of each optional ability (:mod:`.sequenced`, :mod:`.checkpoints`, :mod:`.replace`,
-  :mod:`.sessions`, :mod:`.search`, :mod:`.records`, :mod:`.retention`). Each checks the key
+  :mod:`.sessions`, :mod:`.search`, :mod:`.records`, :mod:`.retention`,
+  :mod:`.timetravel`). Each checks the key
   and its arguments (:mod:`storage.stores.checks`, :func:`storage.history.prepare_batch`),
   refuses a closed store, calls the store's hook (``_save``, ``_head``, ``_replace``, ...)
   and turns the driver's exceptions into ``StorageUnavailableError`` (``raise ... from
@@ -59,6 +60,7 @@ from storage.stores.base.replace import conflict
 from storage.stores.base.sequenced import EMPTY_HEAD
 from storage.stores.base.sessions import page_of
 from storage.stores.base.store import ABILITY_HOOKS, BaseStore
+from storage.stores.base.timetravel import check_message_id, not_in_view
 
 __all__ = [
     "ABILITY_HOOKS",
@@ -68,7 +70,9 @@ __all__ = [
     "SessionRow",
     "check_key",
     "check_limit",
+    "check_message_id",
     "conflict",
+    "not_in_view",
     "page_of",
     "require_asyncio",
     "translated",

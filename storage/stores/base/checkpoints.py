@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from storage.abilities import SummaryCheckpoint
+from storage.errors import InvalidArgumentError
 from storage.message import ChatKey
 from storage.stores.base.core import MaybeAwaitable, StoreCore, check_key
 from storage.stores.checks import check_checkpoint, check_expected_version, check_lease
@@ -19,6 +20,18 @@ class CheckpointTemplate(StoreCore):
         is counted (``_derived_unusable``) and ignored."""
         raise NotImplementedError
 
+    def _checkpoint_version(
+        self, key: ChatKey, version: int
+    ) -> MaybeAwaitable[SummaryCheckpoint | None]:
+        """Version ``version`` (>= 1) of the key's checkpoint as stored, whatever its epoch,
+        or ``None`` when it is not kept. This default knows only the current one; a store
+        that keeps older versions (every built-in one) overrides it."""
+        return self._current_version(key, version)
+
+    async def _current_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        current = await self._call(self._load_checkpoint, key)
+        return current if current is not None and current.version == version else None
+
     def _save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
     ) -> MaybeAwaitable[SummaryCheckpoint | None]:
@@ -33,8 +46,15 @@ class CheckpointTemplate(StoreCore):
         """Drop the lease if ``owner`` (a non-empty str) holds it."""
         raise NotImplementedError
 
-    async def load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
+    async def load_checkpoint(
+        self, key: ChatKey, *, version: int | None = None
+    ) -> SummaryCheckpoint | None:
         """The key's checkpoint, or ``None`` (none, or made under another epoch).
+
+        With ``version``: that version as stored, whatever its epoch (a checkpoint a later
+        compaction replaced or a rewind voided), or ``None`` when it is not kept: versions
+        are kept until a ``replace`` or a purge of the key renumbers its record (the version
+        count starts again), or an erasure.
 
         A checkpoint that cannot be read (bad JSON or columns, a message that does not
         decode, another format version) is logged once, counted in ``corrupt_derived`` and
@@ -43,10 +63,15 @@ class CheckpointTemplate(StoreCore):
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` (or a part the store cannot hold).
+            InvalidArgumentError: ``version`` is not an int >= 1.
             StorageUnavailableError: the backend cannot be reached, or the store is closed.
         """
         check_key(key)
+        if version is not None and (type(version) is not int or version < 1):
+            raise InvalidArgumentError(f"version must be an int >= 1 or None, got {version!r}")
         self._check_open()
+        if version is not None:
+            return await self._call(self._checkpoint_version, key, version)
         return await self._call(self._load_checkpoint, key)
 
     async def save_checkpoint(

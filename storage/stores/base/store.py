@@ -1,11 +1,12 @@
 """``BaseStore``: every template together, and what a store class declares by its hooks.
 
 A store offers an optional ability exactly when it implements that ability's hooks
-(:data:`ABILITY_HOOKS`); the base hides the public methods of an ability whose hooks a store
-does not implement (they are ``None`` on the class, which is how a ``runtime_checkable``
-protocol is told "not this one"), so :func:`storage.abilities.find_ability` never finds a
-method that would raise ``NotImplementedError``. Implementing only some hooks of an ability
-is a ``TypeError`` when the class is made. A store class that sets a public method of an
+(:data:`ABILITY_HOOKS`, and those :data:`REQUIRED_HOOKS` names); the base hides the public
+methods of an ability whose hooks a store does not implement (they are ``None`` on the
+class, which is how a ``runtime_checkable`` protocol is told "not this one"), so
+:func:`storage.abilities.find_ability` never finds a method that would raise
+``NotImplementedError``. Implementing only some hooks of an ability is a ``TypeError`` when
+the class is made. A store class that sets a public method of an
 ability to ``None`` itself hides that ability, whatever its bases implement.
 """
 
@@ -22,6 +23,7 @@ from storage.stores.base.retention import RetentionTemplate
 from storage.stores.base.search import SearchTemplate
 from storage.stores.base.sequenced import SequencedTemplate
 from storage.stores.base.sessions import SessionsTemplate
+from storage.stores.base.timetravel import TimeTravelTemplate
 
 __all__ = ["ABILITY_HOOKS", "BaseStore"]
 
@@ -40,6 +42,20 @@ ABILITY_HOOKS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "SearchableStorage": (("search", "_search"),),
     "RecordStorage": (("save_record", "_save_record"), ("fetch_records", "_fetch_records")),
     "RetentionStorage": (("purge", "_purge"),),
+    # fetch_as_of, provenance and fork are written over the timeline (fork also over
+    # save_messages_if: REQUIRED_HOOKS).
+    "TimeTravelStorage": (
+        ("rewind", "_rewind"),
+        ("fetch_timeline", "_timeline"),
+        ("fetch_as_of", "_timeline"),
+        ("provenance", "_timeline"),
+        ("fork", "_timeline"),
+    ),
+}
+
+#: Hooks of other abilities a store offering one must implement too.
+REQUIRED_HOOKS: Final[dict[str, tuple[str, ...]]] = {
+    "TimeTravelStorage": ("_save_messages_if",),
 }
 
 
@@ -51,6 +67,7 @@ class BaseStore(
     SearchTemplate,
     RecordsTemplate,
     RetentionTemplate,
+    TimeTravelTemplate,
 ):
     """The base of every base store.
 
@@ -77,6 +94,12 @@ class BaseStore(
             if any(vars(cls).get(public, ...) is None for public, _ in pairs):
                 made = [False] * len(pairs)  # the class hides the ability itself
             if all(made):
+                lacking = [h for h in REQUIRED_HOOKS.get(ability, ()) if not _defines(cls, h)]
+                if lacking:
+                    raise TypeError(
+                        f"{cls.__name__} implements {ability}, which also needs "
+                        f"{', '.join(lacking)}"
+                    )
                 for public, _ in pairs:
                     if getattr(cls, public) is None:  # hidden by a base that lacked it
                         setattr(cls, public, getattr(BaseStore, public))

@@ -16,6 +16,12 @@ store logs and counts it) and the next compare-and-set against version 0 replace
 Reads are cached per path by the file's identity (inode, size, mtime): a rewrite renames a new
 file over the path, so an unchanged identity means unchanged content and a head read costs one
 ``stat``.
+
+Every version stored is also appended to ``<agent>.ckpts`` (one payload per line, fsynced), which
+:func:`load_version` reads; a ``replace`` or a purge removes it with the sidecar. A rewind that
+voids the checkpoint leaves the sidecar as it is: its epoch then differs from the key's only in
+the rewind part (:func:`storage.stores.jsonl.lines.file_epoch`), so its version still counts as
+the head's, and the next compare-and-set makes the version after it.
 """
 
 from __future__ import annotations
@@ -32,12 +38,13 @@ from storage.errors import CorruptRecordError
 from storage.message import ChatMessage
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ, fsync_dir, write_atomic
+from storage.stores.jsonl.lines import file_epoch
 from storage.stores.jsonl.locks import flock
 from storage.stores.jsonl.names import Paths
 from storage.stores.jsonl.reads import load_items
 from storage.stores.payloads import decode_checkpoint, encode_checkpoint
 
-__all__ = ["CheckpointReader", "save", "write_checkpoint"]
+__all__ = ["CheckpointReader", "load_version", "save", "store", "write_checkpoint"]
 
 Unusable = Callable[[str, object, object], None]  # (what, where, detail): count and log it
 
@@ -80,10 +87,53 @@ def save(
         if reader.version(paths.ckpt, epoch) != expected:
             return None
         stored = attrs.evolve(checkpoint, version=expected + 1)
-        write_checkpoint(paths.ckpt, stored)
-        if sync_dir:  # the rename too must survive a power loss
-            fsync_dir(paths.session_dir)
+        store(paths, stored, sync_dir=sync_dir)
         return stored
+
+
+def store(paths: Paths, checkpoint: SummaryCheckpoint, *, sync_dir: bool) -> None:
+    """Write ``checkpoint`` (its version set) as the key's current one and append it to its
+    versions (the caller holds the session's flock).
+
+    Raises:
+        OSError: a file cannot be written.
+    """
+    line = encode_checkpoint(checkpoint).encode("utf-8")
+    fd = os.open(paths.versions, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, b"\n" + line + b"\n")  # a line torn by a crash never joins the next
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    write_checkpoint(paths.ckpt, checkpoint)
+    if sync_dir:  # the rename too must survive a power loss
+        fsync_dir(paths.session_dir)
+
+
+def load_version(path: str, version: int, unusable: Unusable) -> SummaryCheckpoint | None:
+    """Version ``version`` from the versions file at ``path``, or ``None`` (not there; a
+    line that does not decode is reported and skipped).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    needle = b'"version":%d,' % version
+    for line in data.split(b"\n"):
+        if needle not in line:
+            continue
+        try:
+            found = decode_checkpoint(line)
+        except CorruptRecordError as exc:
+            unusable("checkpoint version", path, exc)
+            continue
+        if found.version == version:
+            return found
+    return None
 
 
 class CheckpointReader:
@@ -135,13 +185,18 @@ class CheckpointReader:
         return checkpoint
 
     def version(self, path: str, epoch: str) -> int:
-        """The version of the checkpoint at ``path`` when it is of ``epoch``, else 0.
+        """The version of the checkpoint at ``path`` when it is of ``epoch``, or of the same
+        file with an earlier rewind (a checkpoint a rewind voided), else 0.
 
         Raises:
             OSError: it exists but cannot be read.
         """
         checkpoint = self.read(path)
-        return checkpoint.version if checkpoint is not None and checkpoint.epoch == epoch else 0
+        if checkpoint is None:
+            return 0
+        if checkpoint.epoch == epoch or file_epoch(checkpoint.epoch) == file_epoch(epoch):
+            return checkpoint.version
+        return 0
 
     def drop(self, prefix: str) -> None:
         """Forget every sidecar equal to or under ``prefix`` (erased text leaves memory)."""

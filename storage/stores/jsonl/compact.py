@@ -14,7 +14,7 @@ from collections.abc import Callable
 import attrs
 
 from storage.stores.jsonl.fsutil import fsync_dir, tmp_path, unlink, write_atomic
-from storage.stores.jsonl.lines import decode_entry, format_header, memory_lines, scan
+from storage.stores.jsonl.lines import decode_entry, memory_lines, scan
 from storage.stores.jsonl.locks import flock
 from storage.stores.jsonl.names import Paths
 
@@ -55,7 +55,8 @@ def compact_file(path: str) -> CompactResult | None:
         return None
     # Keep exactly the lines a reader keeps, whole batches only, so reads are unchanged.
     found = scan(memory_lines(data), decode_entry)
-    kept: list[bytes] = [] if found.header is None else [format_header(found.header)]
+    header = found.header_line
+    kept: list[bytes] = [] if header is None else [header + b"\n"]  # its rewinds too
     for offset, _, _ in found.entries:
         end = data.find(b"\n", offset)
         kept.append(data[offset : end if end >= 0 else len(data)] + b"\n")

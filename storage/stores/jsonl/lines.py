@@ -24,6 +24,21 @@ header or line of a newer version (written by a newer chatlayers) raises
 by whole reads, heads and tails after a sequence number) and by the writer before it
 appends, so such a file is never misread nor written into.
 
+Rewinds (this release) write the only version-2 lines, and only into a file that was
+rewound, so every other file stays readable by older releases while a rewound one is refused
+by them wherever they would misread it. A rewind rewrites the file whole (temporary file,
+rename), its lines byte for byte except that each message it hides becomes a *hidden line*,
+``{"seq":N,"v":2,"rw":R,"id":...}`` (the message's own line with ``"v":1,`` replaced by
+``"v":2,"rw":R,``, ``R`` the rewind's ``seq``), and the header becomes version 2, holding the
+key's rewinds::
+
+    {"hdr":2,"epoch":"9f86...","rewinds":[{"id":"...","seq":...,"to_id":"...",...}]}
+
+The key's epoch (``Head.epoch``) is then ``<epoch>r<seq of the newest rewind>``: a new one
+per rewind, while the file's own epoch part says the record was not renumbered (a
+checkpoint a rewind voided keeps counting its version, :mod:`.checkpoints`). A hidden line
+is recognised by its own bytes, so tail reads need no header to leave it out.
+
 This module writes lines (:func:`format_batch`), parses them (fully, or only the head and id
 for the writer's duplicate check), splits a file or a buffer into lines, and keeps the valid
 ones in a forward pass (:func:`scan`).
@@ -39,7 +54,7 @@ from typing import Final, TypeVar
 
 import attrs
 
-from storage.abilities import ConversationRecord
+from storage.abilities import ConversationRecord, Rewind
 from storage.codec import check_format_version, decode, encode
 from storage.errors import CorruptRecordError
 from storage.message import ChatMessage
@@ -48,8 +63,6 @@ from storage.stores.times import to_us
 
 T = TypeVar("T")
 Parsed = tuple[int, int | None, T]  # (seq, to, payload) of a valid line
-Item = ChatMessage | ConversationRecord
-Entry = Parsed[Item]
 Line = tuple[int, bytes, bool]  # (offset, bytes without the newline, terminated)
 
 _SEQ: Final = b'{"seq":'
@@ -59,6 +72,21 @@ TORN_MARK: Final = b" torn\n"  # ends a torn tail the next writer found: never v
 _HDR: Final = b'{"hdr":1,"epoch":"'
 _ANY_HDR: Final = b'{"hdr":'
 _REC: Final = b'"rec":1,'
+_HID: Final = b'"v":2,"rw":'
+_V1: Final = b'"v":1,'
+HEADER_VERSION: Final = 2  # the newest header this release writes (a rewound file's)
+
+
+@attrs.frozen(slots=True)
+class Hidden:
+    """A message a rewind hid, as its hidden line holds it (never part of the view)."""
+
+    message: ChatMessage
+    rewind_seq: int
+
+
+Item = ChatMessage | ConversationRecord | Hidden
+Entry = Parsed[Item]
 
 
 IdKey = str | tuple[str, str]  # a message id, or ("rec", id) for a record: never equal
@@ -69,37 +97,110 @@ def record_key(record_id: str) -> tuple[str, str]:
     return ("rec", record_id)
 
 
-def format_header(epoch: str) -> bytes:
-    """The header line of a file (with its newline)."""
-    return _HDR + epoch.encode("ascii") + b'"}\n'
+def format_header(epoch: str, rewinds: Sequence[Rewind] = ()) -> bytes:
+    """The header line of a file (with its newline): version 1, or version 2 holding the
+    key's ``rewinds`` (``epoch`` is the file's own epoch, without a rewind part)."""
+    if not rewinds:
+        return _HDR + epoch.encode("ascii") + b'"}\n'
+    body = {"hdr": 2, "epoch": epoch, "rewinds": [r.to_json() for r in rewinds]}
+    return json.dumps(body, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def head_epoch(epoch: str, rewinds: Sequence[Rewind]) -> str:
+    """The key's epoch (``Head.epoch``) of a file with its own ``epoch`` and ``rewinds``."""
+    return f"{epoch}r{rewinds[-1].seq}" if rewinds else epoch
+
+
+def file_epoch(epoch: str) -> str:
+    """The file's own part of a key's epoch (the epoch without its rewind part)."""
+    return epoch.partition("r")[0]
 
 
 def parse_header(line: bytes) -> str | None:
-    """The epoch of a header line (without its newline), or ``None``.
+    """The key's epoch a header line (without its newline) gives, or ``None``.
 
     Raises:
         SchemaVersionError: a header of a newer format version.
     """
+    epoch = _v1_epoch(line)
+    if epoch is not None:
+        return epoch
+    if line.startswith(_ANY_HDR):
+        parsed = parse_full_header(line)
+        if parsed is not None:
+            return head_epoch(*parsed)
+    return None
+
+
+def _v1_epoch(line: bytes) -> str | None:
+    """The epoch of a version-1 header line, or ``None``."""
     if line.startswith(_HDR) and line.endswith(b'"}'):
         epoch = line[len(_HDR) : -2]
         if epoch and epoch.isalnum() and epoch.isascii():
             return epoch.decode("ascii")
-    if line.startswith(_ANY_HDR):
-        check_header(line)
     return None
+
+
+def parse_full_header(line: bytes) -> tuple[str, tuple[Rewind, ...]] | None:
+    """``(file epoch, rewinds)`` of a header line, or ``None`` when it is not one.
+
+    Raises:
+        SchemaVersionError: a header of a newer format version.
+    """
+    epoch = _v1_epoch(line)
+    if epoch is not None:
+        return epoch, ()
+    try:
+        data = json.loads(line)
+        version = data.get("hdr")
+    except (ValueError, AttributeError, RecursionError):
+        return None  # not a header: an unreadable line, skipped like any other
+    if isinstance(version, int) and not isinstance(version, bool) and version > HEADER_VERSION:
+        check_format_version(version, "a JSONL file's header")
+    if version != 2:
+        return None
+    own = data.get("epoch")
+    try:
+        rewinds = tuple(Rewind.from_json(r) for r in data["rewinds"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not isinstance(own, str) or not own.isalnum() or not own.isascii() or "r" in own:
+        return None
+    return own, rewinds
 
 
 def check_header(line: bytes) -> None:
     """Refuse a header (a first line starting ``{"hdr":``) of a newer format version.
 
     Raises:
-        SchemaVersionError: its ``hdr`` is a number above 1.
+        SchemaVersionError: its ``hdr`` is a number above :data:`HEADER_VERSION`.
     """
+    parse_full_header(line)
+
+
+def hide_line(line: bytes, rewind_seq: int) -> bytes:
+    """The hidden line of a message line without a batch mark (:func:`single_line`)."""
+    head = _head(line)
+    assert head is not None
+    assert head[1] is None
+    assert line.startswith(_V1, head[2])
+    return b'{"seq":%d,%b%d,%b' % (head[0], _HID, rewind_seq, line[head[2] + len(_V1) :])
+
+
+def _unhide(line: bytes, start: int) -> tuple[int, bytes] | None:
+    """``(rewind seq, the message's own line)`` of a hidden line whose store fields end at
+    ``start``, or ``None`` when it is not one."""
+    if not line.startswith(_HID, start):
+        return None
+    begin = start + len(_HID)
+    comma = line.find(b",", begin)
     try:
-        version = json.loads(line).get("hdr")
-    except (ValueError, AttributeError, RecursionError):
-        return  # not a header: an unreadable line, skipped like any other
-    check_format_version(version, "a JSONL file's header")
+        rewind_seq = int(line[begin:comma]) if comma > begin else -1
+    except ValueError:
+        return None
+    if rewind_seq < 0:
+        return None
+    return rewind_seq, line[:start] + _V1 + line[comma + 1 :]
 
 
 def fallback_epoch(seq: int) -> str:
@@ -199,15 +300,23 @@ def _quick_id(line: bytes, start: int) -> str | None:
 
 def parse_id(line: bytes) -> Parsed[IdKey] | None:
     """``(seq, to, message id)`` of a line, checked cheaply (see :func:`_quick_id`); a
-    record's id comes as :func:`record_key`."""
+    record's id comes as :func:`record_key`; a hidden message's id as any message's."""
     head = _head(line)
     if head is None:
         return None
+    hidden = _unhide(line, head[2])
+    if hidden is not None:
+        if head[1] is not None:
+            return None
+        found = _quick_id(hidden[1], head[2])
+        return None if found is None else (head[0], None, found)
     if line.startswith(_REC, head[2]):
         if head[1] is not None:
             return None
         parsed = decode_entry(line)
-        return None if parsed is None else (head[0], None, record_key(parsed[2].id))
+        if parsed is None or not isinstance(parsed[2], ConversationRecord):
+            return None
+        return head[0], None, record_key(parsed[2].id)
     found = _quick_id(line, head[2])
     return None if found is None else (head[0], head[1], found)
 
@@ -223,6 +332,12 @@ def decode_entry(line: bytes) -> Entry | None:
             if head[1] is not None:
                 return None
             return head[0], None, _decode_record(head[0], line)
+        hidden = _unhide(line, head[2])
+        if hidden is not None:
+            if head[1] is not None:
+                return None
+            message = decode(hidden[1].decode("utf-8"))
+            return head[0], None, Hidden(message, hidden[0])
         # json.loads on str skips its encoding sniffing: a third faster than on bytes.
         return head[0], head[1], decode(line.decode("utf-8"))
     except (CorruptRecordError, UnicodeDecodeError):
@@ -235,6 +350,9 @@ def parse_torn_id(line: bytes) -> Parsed[object] | None:
     if parsed is None:
         return None
     item = parsed[2]
+    if type(item) is Hidden:
+        return parsed[0], parsed[1], item.message.id
+    assert isinstance(item, ChatMessage | ConversationRecord)
     return parsed[0], parsed[1], item.id if type(item) is ChatMessage else record_key(item.id)
 
 
@@ -293,7 +411,9 @@ class Scan:
     last_valid_end: int = 0  # offset just past the last valid line
     last_line_at: int = -1  # offset of the last line seen
     open_tail: bool | None = None  # a final unterminated segment: whether it is a record
-    header: str | None = None  # the epoch of the header line (when the scan started at 0)
+    header: str | None = None  # the key's epoch the header gives (when the scan started at 0)
+    header_line: bytes | None = None  # the header line itself (without its newline)
+    rewinds: tuple[Rewind, ...] = ()  # the rewinds the header holds
     first_seq: int | None = None  # seq of the first line with one (a headerless file's epoch)
 
     @property
@@ -356,10 +476,14 @@ _Pending = tuple[int, int, int | None, object, int]
 
 
 def _take_header(out: Scan, line: bytes) -> bool:
-    """Read the header line at offset 0 into ``out``; whether it was one (a newer one raises)."""
-    out.header = parse_header(line)
-    if out.header is None:
+    """Read the header line at offset 0 into ``out`` (its epoch, the line, the rewinds it
+    holds); whether it was one (a newer one raises)."""
+    parsed_header = parse_full_header(line)
+    if parsed_header is None:
         return False
+    out.header = head_epoch(*parsed_header)
+    out.header_line = line
+    out.rewinds = parsed_header[1]
     out.last_valid_end = len(line) + 1
     return True
 
@@ -401,6 +525,11 @@ def parse_time(line: bytes) -> Parsed[int | None] | None:
     seq, to, start = head
     if line.startswith(_REC, start):
         return (seq, None, None) if to is None and line.endswith(b"}") else None
+    hidden = _unhide(line, start)
+    if hidden is not None:
+        if to is not None:
+            return None
+        line = hidden[1]
     if _quick_id(line, start) is None:
         return None
     begin = line.find(_AT, start)

@@ -9,6 +9,7 @@ text)::
                                       record per line
     <user>/<session>/<agent>.key      only when a part was hashed: the full key (the sidecar)
     <user>/<session>/<agent>.ckpt     the summary checkpoint (``checkpoints``)
+    <user>/<session>/<agent>.ckpts    every version of that checkpoint, one line each
     <user>/<session>/<agent>.lease    the summarizing lease (``leases``)
 
 Every file of one key is named ``<agent><suffix>`` or ``.<agent><suffix>.tmp`` (its temporary
@@ -35,6 +36,7 @@ DATA_SUFFIX: Final = ".jsonl"
 KEY_SUFFIX: Final = ".key"
 CKPT_SUFFIX: Final = ".ckpt"
 LEASE_SUFFIX: Final = ".lease"
+VERSIONS_SUFFIX: Final = CKPT_SUFFIX + "s"
 SUMMARY_NAME: Final = ".summary"
 
 _PLAIN: Final = re.compile(r"[a-z0-9_-]+")
@@ -103,6 +105,11 @@ class Paths:
     lease: str = ""
 
     @property
+    def versions(self) -> str:
+        """Every version of the key's checkpoint, one JSON line each (``<agent>.ckpts``)."""
+        return self.ckpt + "s" if self.ckpt else ""
+
+    @property
     def agent_name(self) -> str:
         """The encoded agent part (``""`` for a whole session)."""
         return os.path.basename(self.data)[: -len(DATA_SUFFIX)] if self.data else ""
@@ -128,7 +135,7 @@ def key_paths(root: str, user_id: str, session_id: str, agent_id: str) -> Paths:
     )
 
 
-_KEY_SUFFIXES: Final = (DATA_SUFFIX, KEY_SUFFIX, CKPT_SUFFIX, LEASE_SUFFIX)
+_KEY_SUFFIXES: Final = (DATA_SUFFIX, KEY_SUFFIX, CKPT_SUFFIX, VERSIONS_SUFFIX, LEASE_SUFFIX)
 
 
 def is_key_file(name: str, agent_name: str) -> bool:

@@ -17,13 +17,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
-from storage.abilities import ConversationRecord
+from storage.abilities import ConversationRecord, Head, Timeline, mark_rewound
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
+from storage.stores.base import EMPTY_HEAD
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ
 from storage.stores.jsonl.lines import (
     Entry,
+    Hidden,
     Item,
     Scan,
     continues,
@@ -172,8 +174,11 @@ def epoch_of(fd: int) -> str:
     Raises:
         OSError: the file cannot be read.
     """
-    first = os.pread(fd, 128, 0)  # a header is 53 bytes
+    first = os.pread(fd, 128, 0)  # a version-1 header is 53 bytes
     end = first.find(b"\n")
+    if end < 0 and first.startswith(b'{"hdr":'):  # a rewound file's header holds its rewinds
+        first = _first_line(fd)
+        end = len(first)
     if end >= 0:
         epoch = parse_header(first[:end])
         if epoch is not None:
@@ -183,6 +188,13 @@ def epoch_of(fd: int) -> str:
         if seq is not None:
             return fallback_epoch(seq)
     return ""
+
+
+def _first_line(fd: int) -> bytes:
+    """The first line of an open file (without its newline)."""
+    for _, line, _ in read_lines(fd, 0, os.fstat(fd).st_size, 4096):
+        return line
+    return b""
 
 
 # --- backward reads ---------------------------------------------------------------------------
@@ -246,7 +258,8 @@ def read_back(
                 skipped.append(offset)
                 continue
             if type(item) is not ChatMessage:
-                continue  # a record: never a message
+                newest = newest or _head_seq(item, seq)
+                continue  # a record or a rewound message: never in the view
             newest = newest or seq  # the first message read is the newest
             if seq <= after:
                 done = True
@@ -262,6 +275,12 @@ def read_back(
         chunk *= 2
     _remember(cache, path, lock_path, new, skipped, tail_start)
     return out, newest
+
+
+def _head_seq(item: object, seq: int) -> int:
+    """What a line that is not a message in the view counts for the head: a rewound message
+    its seq, a record nothing."""
+    return seq if type(item) is Hidden else 0
 
 
 def _decode_new(
@@ -359,10 +378,47 @@ def session_rows(
         if agent is None:
             log.warning("%s: skipped a file whose name is not a key this store wrote", path)
             continue
-        for seq, message in load_messages(path, lock_path, cache):
+        found = _scan_path(path, lock_path, cache)
+        if found is None:
+            continue
+        when = {rewind.seq: rewind.created_at.isoformat() for rewind in found.rewinds}
+        for _, seq, item in found.entries:
+            if type(item) is Hidden:
+                message = item.message
+                at = when.get(item.rewind_seq)
+                message = mark_rewound(message, at) if at is not None else message
+            elif type(item) is ChatMessage:
+                message = item
+            else:
+                continue
             assert message.created_at is not None
             rows.append((message.created_at, seq, agent, message))
     return rows
+
+
+def timeline(path: str, lock_path: str, cache: LineCache) -> tuple[str, Timeline]:
+    """The key's whole record (rewound messages included) and rewinds from one read, with
+    its epoch and newest message sequence number in the head (the checkpoint version is the
+    caller's to add).
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    found = _scan_path(path, lock_path, cache)
+    if found is None:
+        return "", Timeline(EMPTY_HEAD, (), ())
+    seqs: list[int] = []
+    messages: list[ChatMessage] = []
+    for _, seq, item in found.entries:
+        if type(item) is Hidden:
+            item = item.message
+        if type(item) is ChatMessage:
+            seqs.append(seq)
+            messages.append(item)
+    if not seqs:
+        return "", Timeline(EMPTY_HEAD, (), ())
+    head = Head(seqs[-1], found.epoch, 0)
+    return found.epoch, Timeline(head, seqs, messages, found.rewinds)
 
 
 def keys_with_messages(
@@ -386,5 +442,12 @@ def user_messages(root: str, user_id: str, cache: LineCache) -> list[tuple[ChatK
         if key.user_id != user_id:
             continue
         paths = key_paths(root, key.user_id, key.session_id, key.agent_id)
-        items.extend((key, m) for _, m in load_messages(paths.data, paths.lock, cache))
+        found = _scan_path(paths.data, paths.lock, cache)
+        if found is None:
+            continue
+        for _, _, item in found.entries:  # rewound messages are searched too (the record)
+            if type(item) is Hidden:
+                items.append((key, item.message))
+            elif type(item) is ChatMessage:
+                items.append((key, item))
     return items

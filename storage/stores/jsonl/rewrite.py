@@ -18,9 +18,9 @@ calls ``forget`` for every file it changed, so the store drops what it cached of
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from storage.abilities import Head
+from storage.abilities import ConversationRecord, Head, Rewind
 from storage.message import ChatKey, ChatMessage
 from storage.purge import purge_mask
 from storage.stores.base import EMPTY_HEAD, conflict
@@ -28,6 +28,7 @@ from storage.stores.epochs import new_epoch
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import fsync_dir, listdir, rmdir_if_empty, unlink, write_atomic
 from storage.stores.jsonl.lines import (
+    Hidden,
     Item,
     Scan,
     decode_entry,
@@ -86,21 +87,32 @@ def kept_lines(data: bytes, found: Scan, keep: Callable[[Item], bool]) -> tuple[
     for offset, _, item in found.entries:
         if keep(item):  # type: ignore[arg-type]
             lines.append(single_line(_line(data, offset)) + b"\n")
-        elif type(item) is ChatMessage:
+        elif type(item) is ChatMessage or type(item) is Hidden:
             dropped += 1
     return lines, dropped
 
 
-def rewrite(paths: Paths, lines: list[bytes]) -> None:
-    """Replace the key's file by a new header and ``lines``; drop its checkpoint.
+def rewrite(paths: Paths, lines: list[bytes], rewinds: Sequence[Rewind] = ()) -> None:
+    """Replace the key's file by a new header (a new epoch, holding ``rewinds``) and
+    ``lines``; drop its checkpoint and every version of it (the record was renumbered).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    write_file(paths, format_header(new_epoch(), rewinds) + b"".join(lines))
+    unlink(paths.ckpt)
+    unlink(paths.versions)
+
+
+def write_file(paths: Paths, data: bytes) -> None:
+    """Replace the key's file by ``data`` atomically, keeping the session's last activity.
 
     Raises:
         OSError: the file cannot be written.
     """
     active = activity_before(paths.session_dir, os.path.basename(paths.data))
-    write_atomic(paths.data, format_header(new_epoch()) + b"".join(lines))
+    write_atomic(paths.data, data)
     fsync_dir(paths.session_dir)
-    unlink(paths.ckpt)
     keep_activity(paths.session_dir, active)
 
 
@@ -136,7 +148,7 @@ def replace_file(paths: Paths, lock_fd: int, messages: list[ChatMessage]) -> Non
         OSError: the file cannot be written.
     """
     data, found = read_whole(paths.data)
-    records, _ = kept_lines(data, found, lambda item: type(item) is not ChatMessage)
+    records, _ = kept_lines(data, found, lambda item: type(item) is ConversationRecord)
     if not messages and not records:
         remove_key(paths, lock_fd, keep_lease=True)
         return
@@ -155,14 +167,18 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
         OSError: the file cannot be written.
     """
     data, found = read_whole(paths.data)
-    messages: list[ChatMessage] = [
-        item for _, _, item in found.entries if type(item) is ChatMessage
+    # The whole record, rewound messages included (they are purged like any other).
+    items = [item for _, _, item in found.entries if type(item) is not ConversationRecord]
+    messages = [
+        item.message if isinstance(item, Hidden) else item
+        for item in items
+        if isinstance(item, (ChatMessage, Hidden))
     ]
     old = [m.created_at is None or to_us(m.created_at) < cutoff_us for m in messages]
     if not any(old):
         return 0
-    drop, _ = purge_mask(messages, old)  # the whole record is here
-    doomed = {id(m) for m, gone in zip(messages, drop, strict=True) if gone}
+    drop, _ = purge_mask(messages, old)
+    doomed = {id(item) for item, gone in zip(items, drop, strict=True) if gone}
 
     def keep(item: Item) -> bool:
         return id(item) not in doomed
@@ -171,7 +187,7 @@ def purge_file(paths: Paths, lock_fd: int, cutoff_us: int) -> int:
     if not dropped:
         return 0
     if lines:
-        rewrite(paths, lines)
+        rewrite(paths, lines, found.rewinds)  # hidden lines stay hidden
     else:
         remove_key(paths, lock_fd, keep_lease=True)
     return dropped

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Final, Self, TypeVar, TypeVarTuple, Unpack
 
 import anyio
+import attrs
 
 from storage.abilities import (
     ConversationRecord,
@@ -27,6 +28,7 @@ from storage.abilities import (
     SessionPage,
     SummaryCheckpoint,
     Tail,
+    Timeline,
 )
 from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import InvalidArgumentError, StorageUnavailableError
@@ -51,7 +53,9 @@ from storage.stores.jsonl.reads import (
     tail_messages,
     user_messages,
 )
+from storage.stores.jsonl.reads import timeline as read_timeline
 from storage.stores.jsonl.sessions import user_sessions
+from storage.stores.jsonl.timetravel import rewind_key
 from storage.stores.jsonl.tree import all_sessions, session_files
 from storage.stores.jsonl.writer import FsyncPolicy, Writer
 from storage.stores.options import (
@@ -326,6 +330,13 @@ class JsonlChatStorage(BaseStore):
             return None
         return checkpoint
 
+    async def _checkpoint_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        """A read of the ``.ckpts`` file (one line per version)."""
+        paths = self._paths(key)
+        return await anyio.to_thread.run_sync(
+            checkpoints.load_version, paths.versions, version, self._derived_unusable
+        )
+
     async def _save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
     ) -> SummaryCheckpoint | None:
@@ -427,6 +438,40 @@ class JsonlChatStorage(BaseStore):
                 load_records, paths.data, paths.lock, self._cache
             )
         return [r for r in found if kind is None or r.kind == kind]
+
+    async def _timeline(self, key: ChatKey) -> Timeline:
+        """A read of the whole file (on a worker thread when it is large)."""
+        paths = self._paths(key)
+        file_size = size(paths.data)
+        if file_size is None:
+            return Timeline(EMPTY_HEAD, (), ())
+        if file_size <= INLINE_BYTES:
+            epoch, found = read_timeline(paths.data, paths.lock, self._cache)
+        else:
+            epoch, found = await anyio.to_thread.run_sync(
+                read_timeline, paths.data, paths.lock, self._cache
+            )
+        if not found.seqs:
+            return found
+        version = self._checkpoints.version(paths.ckpt, epoch)
+        return attrs.evolve(found, head=attrs.evolve(found.head, checkpoint_version=version))
+
+    async def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> int:
+        """The file rewritten whole under the session's flock
+        (:mod:`storage.stores.jsonl.timetravel`)."""
+        paths = self._paths(key)
+        return await self._locked(
+            paths,
+            rewind_key,
+            paths,
+            key,
+            to,
+            rewind_id,
+            now,
+            self._checkpoints,
+            self._forget_key,
+            self.fsync == "always",
+        )
 
     async def _purge(self, cutoff: datetime) -> int:
         """Each file touched is rewritten atomically with a new epoch; records stay."""

@@ -26,9 +26,6 @@ def purge(users: Users, cutoff: datetime, forget_idle: Callable[[str, str], None
                 drop, _ = purge_mask(conversation.messages, old)  # the whole record is here
                 keep = [i for i, gone in enumerate(drop) if not gone]
                 removed += len(conversation.messages) - len(keep)
-                conversation.reset(
-                    [conversation.messages[i] for i in keep],
-                    [conversation.seqs[i] for i in keep],
-                )
+                conversation.retain(keep)
             forget_idle(user_id, session_id)
     return removed

@@ -13,17 +13,27 @@ import attrs
 from storage.abilities import (
     ConversationRecord,
     Head,
+    Rewind,
     SearchHit,
     SessionPage,
     SummaryCheckpoint,
     Tail,
+    Timeline,
+    mark_rewound,
 )
 from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import ConfigError
 from storage.history import safe_window
 from storage.message import ChatKey, ChatMessage
 from storage.search import scan_search
-from storage.stores.base import EMPTY_HEAD, BaseStore, SessionRow, conflict, page_of
+from storage.stores.base import (
+    EMPTY_HEAD,
+    BaseStore,
+    SessionRow,
+    conflict,
+    not_in_view,
+    page_of,
+)
 from storage.stores.epochs import new_epoch
 from storage.stores.memory import retention
 from storage.stores.memory.conversation import Conversation, Users, drop_empty, find
@@ -142,20 +152,25 @@ class InMemoryChatStorage(BaseStore):
         if stored and not conversation.messages:
             conversation.epoch = new_epoch()
         for message in stored:
-            conversation.messages.append(message)
-            conversation.seqs.append(next(self._seq))
-            conversation.ids.add(message.id)
+            conversation.append(message, next(self._seq))
         self._touch(key, stored)
         return stored
 
     def _fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
         conversation = find(self._users, key)
-        return [] if conversation is None else safe_window(conversation.messages, limit)
+        return [] if conversation is None else safe_window(conversation.view, limit)
 
     def _session_rows(self, user_id: str, session_id: str) -> list[SessionRow]:
         agents = self._users.get(user_id, {}).get(session_id, {})
         return [
-            (message.created_at or _OLDEST, seq, agent_id, message)
+            (
+                message.created_at or _OLDEST,
+                seq,
+                agent_id,
+                mark_rewound(message, conversation.hidden[seq])
+                if seq in conversation.hidden
+                else message,
+            )
             for agent_id, conversation in agents.items()
             for message, seq in zip(conversation.messages, conversation.seqs, strict=True)
         ]
@@ -197,12 +212,12 @@ class InMemoryChatStorage(BaseStore):
         conversation = find(self._users, key)
         if conversation is None or not conversation.messages:
             return Tail(EMPTY_HEAD, (), ())
-        seqs = conversation.seqs
+        seqs = conversation.view_seqs
         # seqs are increasing: find the first one above ``after`` from the end (tails are short).
         start = len(seqs)
         while start > 0 and seqs[start - 1] > after:
             start -= 1
-        return Tail(conversation.head(), tuple(seqs[start:]), tuple(conversation.messages[start:]))
+        return Tail(conversation.head(), tuple(seqs[start:]), tuple(conversation.view[start:]))
 
     def _load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         conversation = find(self._users, key)
@@ -221,11 +236,15 @@ class InMemoryChatStorage(BaseStore):
         current = conversation.checkpoint.version if conversation.checkpoint is not None else 0
         if current != expected_version or checkpoint.epoch != conversation.epoch:
             return None
-        if checkpoint.covers_to not in conversation.seqs:
+        if checkpoint.covers_to not in conversation.view_seqs:
             return None
         stored = attrs.evolve(checkpoint, version=expected_version + 1)
-        conversation.checkpoint = stored
+        conversation.store_checkpoint(stored)
         return stored
+
+    def _checkpoint_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        conversation = find(self._users, key)
+        return None if conversation is None else conversation.versions.get(version)
 
     def _acquire_lease(self, key: ChatKey, owner: str, ttl: float) -> bool:
         now = self._clock()
@@ -291,6 +310,39 @@ class InMemoryChatStorage(BaseStore):
         if conversation is None:
             return []
         return [r for r in conversation.records if kind is None or r.kind == kind]
+
+    def _timeline(self, key: ChatKey) -> Timeline:
+        conversation = find(self._users, key)
+        if conversation is None or not conversation.messages:
+            return Timeline(EMPTY_HEAD, (), ())
+        return Timeline(
+            conversation.head(), conversation.seqs, conversation.messages, conversation.rewinds
+        )
+
+    def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> int:
+        conversation = find(self._users, key)
+        view = conversation.view if conversation is not None else []
+        at = next((i for i, m in enumerate(view) if m.id == to), None)
+        if conversation is None or at is None:
+            raise not_in_view(key, to)
+        seqs = conversation.view_seqs
+        hidden = seqs[at + 1 :]
+        if not hidden:
+            return 0
+        rewind = Rewind(to, seqs[at], hidden[-1], len(hidden), now, next(self._seq), rewind_id)
+        old_epoch = conversation.epoch
+        conversation.hide(rewind, hidden)
+        conversation.epoch = new_epoch()
+        checkpoint = conversation.checkpoint
+        if (
+            checkpoint is not None
+            and checkpoint.epoch == old_epoch
+            and checkpoint.covers_to <= seqs[at]
+        ):
+            conversation.store_checkpoint(
+                attrs.evolve(checkpoint, epoch=conversation.epoch, version=checkpoint.version + 1)
+            )
+        return len(hidden)
 
     def _purge(self, cutoff: datetime) -> int:
         removed = retention.purge(self._users, cutoff, self._forget_idle)

@@ -1,7 +1,8 @@
 """``CheckpointStorage`` on PostgreSQL: one summary checkpoint per key, and leases.
 
 A checkpoint is a row of ``<table>_checkpoints`` (never a row of the messages table, so
-``fetch`` and ``fetch_all_chats`` never see it). Compare-and-set runs in one transaction
+``fetch`` and ``fetch_all_chats`` never see it), and each version of it a row of
+``<table>_cp_versions``, written in the same transaction. Compare-and-set runs in one transaction
 under the key's row lock (the lock every writer of the key takes): the epoch, ``covers_to``
 and the current version are read after the lock is granted, so two workers can never both
 win. A lease is a row of ``<table>_leases`` with an expiry: taken by one conditional upsert,
@@ -26,7 +27,7 @@ from storage.stores.payloads import decode_checkpoint, encode_checkpoint
 from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.text import escape_column, key_args
 
-__all__ = ["acquire_lease", "load", "release_lease", "save"]
+__all__ = ["acquire_lease", "load", "load_version", "release_lease", "save"]
 
 
 async def load(ctx: PostgresContext, key: ChatKey) -> SummaryCheckpoint | None:
@@ -66,16 +67,30 @@ async def save(
         holds, current = row[0], row[1] or 0
         if not holds or current != expected:
             return None
-        await conn.execute(
-            ctx.sql.upsert_checkpoint,
-            *args,
-            stored.version,
-            stored.epoch,
-            stored.covers_to,
-            stored.created_at,
-            record,
-        )
+        columns = (stored.version, stored.epoch, stored.covers_to, stored.created_at, record)
+        await conn.execute(ctx.sql.upsert_checkpoint, *args, *columns)
+        await conn.execute(ctx.sql.copy_version, *args, *columns)
     return stored
+
+
+async def load_version(
+    ctx: PostgresContext, key: ChatKey, version: int
+) -> SummaryCheckpoint | None:
+    """Version ``version`` of the key's checkpoint as kept, or ``None`` (an unreadable one
+    reported and ignored)."""
+    args = key_args(key)
+    pool = ctx.current or await ctx.pool()
+    row = await pool.fetchrow(ctx.sql.load_version, *args, version)
+    if row is None:
+        return None
+    version, epoch, covers_to, created_at, record = row
+    try:
+        return decode_checkpoint(
+            record, version=version, epoch=epoch, covers_to=covers_to, created_at=created_at
+        )
+    except CorruptRecordError as exc:
+        ctx.unusable("checkpoint version", key, exc)
+        return None
 
 
 async def acquire_lease(

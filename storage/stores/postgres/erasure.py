@@ -1,8 +1,9 @@
 """Erasure on PostgreSQL: what ``delete``/``delete_user`` remove, and what remains for a DBA.
 
 ``delete`` and ``delete_user`` remove, in one transaction, every row holding the
-conversation's text or key: messages (with their search vectors), records, checkpoints,
-leases, the key's row and the session summary. After they return no query can read the text.
+conversation's text or key: messages (with their search vectors), records, checkpoints and
+their versions, rewinds, leases, the key's row and the session summary. After they return
+no query can read the text.
 
 PostgreSQL keeps copies of deleted rows outside the live tables until they are overwritten:
 
@@ -42,7 +43,17 @@ async def vacuum(ctx: PostgresContext, *, full: bool) -> None:
     pool = await ctx.pool()
     names = ctx.names
     tables = [names.messages] + [
-        names.qualified(what) for what in ("keys", "sessions", "checkpoints", "leases", "records")
+        names.qualified(what)
+        for what in (
+            "keys",
+            "sessions",
+            "checkpoints",
+            "versions_cp",
+            "leases",
+            "records",
+            "rewinds",
+            "rewound",
+        )
     ]
     verb = "VACUUM (FULL, ANALYZE)" if full else "VACUUM (ANALYZE)"
     async with pool.acquire() as conn:

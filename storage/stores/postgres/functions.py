@@ -1,4 +1,5 @@
-"""Server-side functions of the write path (PL/pgSQL), created by schema version 2.
+"""Server-side functions of the write path (PL/pgSQL), created by schema version 2 and made
+again (``CREATE OR REPLACE``) by version 3, which erases the time-travel tables with a key.
 
 Each write is one call, so one round trip and one implicit transaction:
 
@@ -10,7 +11,8 @@ Each write is one call, so one round trip and one implicit transaction:
   committed before the lock was granted.
 - ``<table>_save(...)``: append a batch (ids already stored skipped: their numbers stay
   unused, so a retried batch can leave a gap, never a reordering), or with ``p_replace``
-  replace the whole record under a new epoch (the checkpoint dropped); with ``p_expected``
+  replace the whole record under a new epoch (the checkpoint, its versions and the rewinds
+  dropped); with ``p_expected``
   refuse with SQLSTATE ``CL409`` unless the key's version (``epoch.last_seq``) is that.
 - ``<table>_save_record``, ``<table>_delete``, ``<table>_delete_user``, ``<table>_purge``,
   and ``<table>_refresh`` (recompute one session's summary row from its keys' rows).
@@ -81,6 +83,9 @@ BEGIN
     IF p_replace THEN
         DELETE FROM {{t}} WHERE {_KEY};
         DELETE FROM {{checkpoints}} WHERE {_KEY};
+        DELETE FROM {{versions_cp}} WHERE {_KEY};
+        DELETE FROM {{rewinds}} WHERE {_KEY};
+        DELETE FROM {{rewound}} WHERE {_KEY};
         v_epoch := gen_random_uuid()::text;
         UPDATE {{keys}} SET epoch = v_epoch, message_count = 0, first_at = NULL,
             last_at = NULL WHERE {_KEY};
@@ -154,6 +159,9 @@ BEGIN
     DELETE FROM {{t}} WHERE {_KEY};
     DELETE FROM {{records}} WHERE {_KEY};
     DELETE FROM {{checkpoints}} WHERE {_KEY};
+    DELETE FROM {{versions_cp}} WHERE {_KEY};
+    DELETE FROM {{rewinds}} WHERE {_KEY};
+    DELETE FROM {{rewound}} WHERE {_KEY};
     DELETE FROM {{leases}} WHERE {_KEY};
     DELETE FROM {{keys}} WHERE {_KEY};
     PERFORM {{f_refresh}}(p_user, p_session);
@@ -168,6 +176,9 @@ BEGIN
     DELETE FROM {t} WHERE user_id = p_user;
     DELETE FROM {records} WHERE user_id = p_user;
     DELETE FROM {checkpoints} WHERE user_id = p_user;
+    DELETE FROM {versions_cp} WHERE user_id = p_user;
+    DELETE FROM {rewinds} WHERE user_id = p_user;
+    DELETE FROM {rewound} WHERE user_id = p_user;
     DELETE FROM {leases} WHERE user_id = p_user;
     DELETE FROM {keys} WHERE user_id = p_user;
     DELETE FROM {sessions} WHERE user_id = p_user;
@@ -202,6 +213,12 @@ BEGIN
         v_deleted := v_deleted + v_n;
         DELETE FROM {checkpoints} WHERE user_id = v_user AND session_id = v_session
             AND agent_id = v_agent;
+        DELETE FROM {versions_cp} WHERE user_id = v_user AND session_id = v_session
+            AND agent_id = v_agent;
+        DELETE FROM {rewound} r WHERE r.user_id = v_user AND r.session_id = v_session
+            AND r.agent_id = v_agent AND NOT EXISTS (SELECT 1 FROM {t} m
+                WHERE m.user_id = v_user AND m.session_id = v_session
+                AND m.agent_id = v_agent AND m.key_seq = r.key_seq);
         UPDATE {keys} k SET epoch = gen_random_uuid()::text,
             (message_count, first_at, last_at) = (
                 SELECT count(*), min(created_at), max(created_at) FROM {t} m

@@ -7,6 +7,13 @@ version lives in ``<table>_version`` (one row). A database whose version is abov
 :class:`~storage.errors.SchemaVersionError` naming both versions, before anything is written.
 
 Version 1 (chatlayers 0.1): one messages table, a global ``bigserial`` sequence.
+Version 3 (time travel): ``<table>_rewinds`` (one row per rewind of a key, numbered from the
+key's sequence), ``<table>_rewound`` (one row per hidden message, which every read of the
+view leaves out), ``<table>_cp_versions`` (every version of each key's checkpoint, filled
+from the current ones), a ``void`` flag on checkpoints (a checkpoint a rewind voided keeps
+its version as the head's), and the functions made again. A release knowing version 2
+refuses a version-3 database: it would show rewound messages as part of the view.
+
 Version 2: per-key sequence numbers (``key_seq``) assigned under the key's row lock in
 ``<table>_keys``, per-session summaries, checkpoints, leases, records, a full-text index, and
 the server-side functions of the write path (:mod:`.functions`).
@@ -164,10 +171,51 @@ async def _backfill_search(conn: Connection, names: Names, where: str = "") -> N
         last = seqs[-1]
 
 
+_V3: Final = (
+    """CREATE TABLE {rewinds} (
+        user_id text NOT NULL,
+        session_id text NOT NULL,
+        agent_id text NOT NULL,
+        key_seq bigint NOT NULL,
+        rewind_id text NOT NULL,
+        to_id text NOT NULL,
+        to_seq bigint NOT NULL,
+        through_seq bigint NOT NULL,
+        hidden integer NOT NULL,
+        created_at timestamptz NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, key_seq)
+    )""",
+    """CREATE TABLE {rewound} (
+        user_id text NOT NULL,
+        session_id text NOT NULL,
+        agent_id text NOT NULL,
+        key_seq bigint NOT NULL,
+        rewind_seq bigint NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, key_seq)
+    )""",
+    """CREATE TABLE {versions_cp} (
+        user_id text NOT NULL,
+        session_id text NOT NULL,
+        agent_id text NOT NULL,
+        version integer NOT NULL,
+        epoch text NOT NULL,
+        covers_to bigint NOT NULL,
+        created_at timestamptz NOT NULL,
+        record text NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, version)
+    )""",
+    "ALTER TABLE {checkpoints} ADD COLUMN void boolean NOT NULL DEFAULT false",
+    """INSERT INTO {versions_cp} (user_id, session_id, agent_id, version, epoch, covers_to,
+                                created_at, record)
+       SELECT user_id, session_id, agent_id, version, epoch, covers_to, created_at, record
+       FROM {checkpoints}""",
+    *FUNCTIONS,
+)
+
 Step = tuple[tuple[str, ...], Callable[[Connection, Names], Awaitable[None]] | None]
 
 # MIGRATIONS[n]: (SQL statements, then an optional Python step) from version n to n + 1.
-MIGRATIONS: Final[tuple[Step, ...]] = ((_V1, None), (_V2, _backfill_search))
+MIGRATIONS: Final[tuple[Step, ...]] = ((_V1, None), (_V2, _backfill_search), (_V3, None))
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

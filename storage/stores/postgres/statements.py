@@ -37,6 +37,19 @@ class Statements:
     fetch_records: str
     fetch_records_of_kind: str
     purge: str
+    # Time travel (``timetravel``) and checkpoint versions.
+    timeline: str
+    rewinds: str
+    visible_seq: str
+    visible_after: str
+    take_seq: str
+    insert_rewind: str
+    insert_rewound: str
+    checkpoint_row: str
+    restamp_checkpoint: str
+    void_checkpoint: str
+    copy_version: str
+    load_version: str
     # Retention, tool groups whole (``retention``).
     purge_keys: str
     last_old: str
@@ -61,6 +74,12 @@ class Statements:
     def build(cls, names: Names) -> Statements:
         n = names.template()
         t, keys, cp = n["t"], n["keys"], n["checkpoints"]
+        rewound, cpv = n["rewound"], n["versions_cp"]
+        # The view leaves out the rewound messages (an anti-join on the rewound table).
+        view = (
+            f"NOT EXISTS (SELECT 1 FROM {rewound} r WHERE r.user_id = $1 "
+            f"AND r.session_id = $2 AND r.agent_id = $3 AND r.key_seq = {t}.key_seq)"
+        )
         head = (
             # ORDER BY ... LIMIT 1, not max(): one backward index step whatever the
             # planner's statistics say (max() over stale statistics scanned the whole key).
@@ -74,10 +93,19 @@ class Statements:
         )
         return cls(
             save=f"SELECT {n['f_save']}($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            fetch=f"SELECT record FROM {t} WHERE {_KEY} ORDER BY key_seq",
-            fetch_last=f"SELECT record FROM {t} WHERE {_KEY} ORDER BY key_seq DESC LIMIT $4",
+            fetch=f"SELECT record FROM {t} WHERE {_KEY} AND {view} ORDER BY key_seq",
+            fetch_last=(
+                f"SELECT record FROM {t} WHERE {_KEY} AND {view} ORDER BY key_seq DESC LIMIT $4"
+            ),
+            # Every message of the session, a rewound one with the time of its rewind.
             session_rows=(
-                f"SELECT seq, agent_id, record FROM {t} WHERE user_id = $1 AND session_id = $2"
+                f"SELECT m.seq, m.agent_id, m.record, w.created_at FROM {t} m "
+                f"LEFT JOIN {rewound} r ON r.user_id = m.user_id "
+                "AND r.session_id = m.session_id AND r.agent_id = m.agent_id "
+                f"AND r.key_seq = m.key_seq LEFT JOIN {n['rewinds']} w "
+                "ON w.user_id = r.user_id AND w.session_id = r.session_id "
+                "AND w.agent_id = r.agent_id AND w.key_seq = r.rewind_seq "
+                "WHERE m.user_id = $1 AND m.session_id = $2"
             ),
             delete=f"SELECT {n['f_delete']}($1, $2, $3)",
             delete_user=f"SELECT {n['f_delete_user']}($1)",
@@ -94,17 +122,17 @@ class Statements:
                 "h.checkpoint_version FROM h "
                 "UNION ALL "
                 f"SELECT key_seq, record, NULL, NULL, NULL FROM {t} "
-                f"WHERE {_KEY} AND key_seq > $4"
+                f"WHERE {_KEY} AND key_seq > $4 AND {view}"
             ),
             load_checkpoint=(
                 f"SELECT c.version, c.epoch, c.covers_to, c.created_at, c.record FROM {cp} c "
                 f"JOIN {keys} k USING (user_id, session_id, agent_id) "
                 "WHERE c.user_id = $1 AND c.session_id = $2 AND c.agent_id = $3 "
-                "AND c.epoch = k.epoch"
+                "AND c.epoch = k.epoch AND NOT c.void"
             ),
             lock_key=f"SELECT epoch FROM {keys} WHERE {_KEY} FOR UPDATE",
             checkpoint_state=(
-                f"SELECT EXISTS (SELECT 1 FROM {t} WHERE {_KEY} AND key_seq = $4), "
+                f"SELECT EXISTS (SELECT 1 FROM {t} WHERE {_KEY} AND key_seq = $4 AND {view}), "
                 f"(SELECT CASE WHEN epoch = $5 THEN version ELSE 0 END FROM {cp} "
                 f"WHERE {_KEY})"
             ),
@@ -114,7 +142,7 @@ class Statements:
                 "ON CONFLICT (user_id, session_id, agent_id) DO UPDATE SET "
                 "version = excluded.version, epoch = excluded.epoch, "
                 "covers_to = excluded.covers_to, created_at = excluded.created_at, "
-                "record = excluded.record"
+                "record = excluded.record, void = false"
             ),
             # $6: the store's clock, or NULL for the server's (no skew between workers).
             acquire_lease=(
@@ -158,6 +186,48 @@ class Statements:
                 f"WHERE {_KEY} AND kind = $4 ORDER BY key_seq"
             ),
             purge=f"SELECT {n['f_purge']}($1)",
+            timeline=f"SELECT key_seq, record FROM {t} WHERE {_KEY} ORDER BY key_seq",
+            rewinds=(
+                "SELECT key_seq, rewind_id, to_id, to_seq, through_seq, hidden, created_at "
+                f"FROM {n['rewinds']} WHERE {_KEY} ORDER BY key_seq"
+            ),
+            visible_seq=(f"SELECT key_seq FROM {t} WHERE {_KEY} AND message_id = $4 AND {view}"),
+            visible_after=(
+                f"SELECT key_seq FROM {t} WHERE {_KEY} AND key_seq > $4 AND {view} ORDER BY key_seq"
+            ),
+            # The rewind's own number from the key's sequence, and a new epoch.
+            take_seq=(
+                f"UPDATE {keys} SET last_seq = last_seq + 1, epoch = gen_random_uuid()::text "
+                f"WHERE {_KEY} RETURNING last_seq, epoch"
+            ),
+            insert_rewind=(
+                f"INSERT INTO {n['rewinds']} (user_id, session_id, agent_id, key_seq, "
+                "rewind_id, to_id, to_seq, through_seq, hidden, created_at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            ),
+            insert_rewound=(
+                f"INSERT INTO {rewound} (user_id, session_id, agent_id, key_seq, rewind_seq) "
+                "SELECT $1, $2, $3, s, $5 FROM unnest($4::bigint[]) AS s"
+            ),
+            checkpoint_row=(
+                f"SELECT version, epoch, covers_to, void FROM {cp} WHERE {_KEY} FOR UPDATE"
+            ),
+            restamp_checkpoint=(
+                f"UPDATE {cp} SET epoch = $4, version = $5 WHERE {_KEY} "
+                "RETURNING version, epoch, covers_to, created_at, record"
+            ),
+            void_checkpoint=f"UPDATE {cp} SET epoch = $4, void = true WHERE {_KEY}",
+            copy_version=(
+                f"INSERT INTO {cpv} (user_id, session_id, agent_id, version, epoch, covers_to, "
+                "created_at, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                "ON CONFLICT (user_id, session_id, agent_id, version) DO UPDATE SET "
+                "epoch = excluded.epoch, covers_to = excluded.covers_to, "
+                "created_at = excluded.created_at, record = excluded.record"
+            ),
+            load_version=(
+                f"SELECT version, epoch, covers_to, created_at, record FROM {cpv} "
+                f"WHERE {_KEY} AND version = $4"
+            ),
             purge_keys=(
                 f"SELECT DISTINCT user_id, session_id, agent_id FROM {t} WHERE created_at < $1 "
                 "ORDER BY user_id, session_id, agent_id"
@@ -171,8 +241,15 @@ class Statements:
                 f"SELECT key_seq, record FROM {t} WHERE {_KEY} AND key_seq > $4 "
                 "ORDER BY key_seq LIMIT $5"
             ),
-            purge_delete=f"DELETE FROM {t} WHERE {_KEY} AND key_seq = ANY($4::bigint[])",
-            drop_checkpoint=f"DELETE FROM {cp} WHERE {_KEY}",
+            purge_delete=(
+                f"WITH gone AS (DELETE FROM {rewound} WHERE {_KEY} "
+                f"AND key_seq = ANY($4::bigint[])) "
+                f"DELETE FROM {t} WHERE {_KEY} AND key_seq = ANY($4::bigint[])"
+            ),
+            # The checkpoint and every version of it (the record was renumbered).
+            drop_checkpoint=(
+                f"WITH gone AS (DELETE FROM {cpv} WHERE {_KEY}) DELETE FROM {cp} WHERE {_KEY}"
+            ),
             recount_key=(
                 f"UPDATE {keys} k SET epoch = gen_random_uuid()::text, "
                 "(message_count, first_at, last_at) = (SELECT count(*), min(created_at), "

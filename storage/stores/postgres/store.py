@@ -15,6 +15,8 @@ from storage.abilities import (
     SessionPage,
     SummaryCheckpoint,
     Tail,
+    Timeline,
+    mark_rewound,
 )
 from storage.checked import Check
 from storage.codec import decode
@@ -41,6 +43,7 @@ from storage.stores.postgres import (
     search,
     sequenced,
     sessions,
+    timetravel,
     writes,
 )
 from storage.stores.postgres.context import PostgresContext
@@ -276,8 +279,10 @@ class PostgresChatStorage(BaseStore):
             utf8_part("session_id", session_id),
         )
         out: list[SessionRow] = []
-        for seq, agent_id, record in rows:
+        for seq, agent_id, record, rewound in rows:
             message = decode(record)
+            if rewound is not None:
+                message = mark_rewound(message, rewound.isoformat())
             assert message.created_at is not None
             out.append((message.created_at, seq, agent_id, message))
         return out
@@ -308,6 +313,9 @@ class PostgresChatStorage(BaseStore):
 
     async def _load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         return await checkpoints.load(self._ctx, key)
+
+    async def _checkpoint_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        return await checkpoints.load_version(self._ctx, key, version)
 
     async def _save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
@@ -351,6 +359,12 @@ class PostgresChatStorage(BaseStore):
 
     async def _fetch_records(self, key: ChatKey, kind: str | None) -> list[ConversationRecord]:
         return await records.fetch(self._ctx, key, kind)
+
+    async def _timeline(self, key: ChatKey) -> Timeline:
+        return await timetravel.timeline(self._ctx, key)
+
+    async def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> int:
+        return await timetravel.rewind(self._ctx, key, to, rewind_id, now)
 
     async def _purge(self, cutoff: datetime) -> int:
         return await retention.purge(self._ctx, cutoff)

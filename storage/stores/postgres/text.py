@@ -31,6 +31,7 @@ __all__ = [
     "key_args",
     "search_term",
     "search_words",
+    "unescape_column",
     "utf8_part",
 ]
 
@@ -57,6 +58,16 @@ def escape_column(value: str) -> str:
     if "\x00" in value or "\\" in value:
         return value.replace("\\", "\\\\").replace("\x00", "\\0")
     return value
+
+
+_ESCAPED: Final = re.compile(r"\\(0|\\)")
+
+
+def unescape_column(value: str) -> str:
+    """The value :func:`escape_column` wrote."""
+    if "\\" not in value:
+        return value
+    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else "\\", value)
 
 
 def utf8_part(field: str, value: str) -> str:

@@ -2,8 +2,9 @@
 
 A checkpoint is a string beside the key's list (JSON, :mod:`storage.stores.payloads`), set by
 a compare-and-set script that checks the head's checkpoint version, the epoch and that
-``covers_to`` is a sequence number the list holds. A lease is ``"EXPIRY_MS OWNER"`` set with
-``PX`` (a dead holder's lease never outlives ``ttl`` of server time).
+``covers_to`` is a sequence number the list holds; the same script keeps it in the key's
+versions hash, until a replace, a rebuilt head or an erasure drops them. A lease is
+``"EXPIRY_MS OWNER"`` set with ``PX`` (a dead holder's lease never outlives ``ttl`` of server time).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from storage.stores.redis import scripts
 from storage.stores.redis.context import RedisContext
 from storage.stores.times import Clock
 
-__all__ = ["acquire_lease", "load", "release_lease", "save"]
+__all__ = ["acquire_lease", "load", "load_version", "release_lease", "save"]
 
 
 async def load(ctx: RedisContext, key: ChatKey) -> SummaryCheckpoint | None:
@@ -46,7 +47,7 @@ async def save(
     names = ctx.layout.key(key)
     done = await ctx.redis.eval(
         scripts.SAVE_CHECKPOINT,
-        [names.messages, names.head, names.checkpoint],
+        [names.messages, names.head, names.checkpoint, names.versions],
         [
             expected_version,
             checkpoint.epoch,
@@ -56,6 +57,21 @@ async def save(
         ],
     )
     return stored if done else None
+
+
+async def load_version(ctx: RedisContext, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+    """Version ``version`` of the key's checkpoint as kept (one ``HGET``), or ``None`` (an
+    unreadable one reported and ignored)."""
+    names = ctx.layout.key(key)
+    client = await ctx.redis.ready()
+    raw = await client.hget(names.versions, str(version))
+    if not raw:
+        return None
+    try:
+        return decode_checkpoint(raw)
+    except CorruptRecordError as exc:
+        ctx.unusable("checkpoint version", key, exc)
+        return None
 
 
 async def acquire_lease(

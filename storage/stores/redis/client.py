@@ -14,7 +14,7 @@ import anyio
 from storage.codec import FORMAT_VERSION
 from storage.errors import ConfigError, SchemaVersionError
 from storage.stores.base import require_asyncio
-from storage.stores.redis.scripts import Script
+from storage.stores.redis.scripts import UPGRADE_FORMAT, Script
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -76,6 +76,13 @@ class ClosedError(Exception):
     """A call after ``aclose`` (the store translates it into ``StorageUnavailableError``)."""
 
 
+#: The format of a prefix with a rewind (a prefix is first used as :data:`FORMAT_VERSION`,
+#: which older releases read too): rewound messages live beside the lists, where a release
+#: before time travel would neither list nor erase them.
+REWOUND_FORMAT: Final = 2
+KNOWN_FORMATS: Final = frozenset({FORMAT_VERSION, REWOUND_FORMAT})
+
+
 class ScriptClient:
     """One redis-py client (a single server or a Cluster) with script helpers.
 
@@ -95,6 +102,7 @@ class ScriptClient:
         self.cluster = cluster
         self.format_key = format_key
         self._format_checked = format_key is None
+        self._rewound_format = False
         self._no_script = redis.exceptions.NoScriptError
         if cluster:
             self.client: Redis | RedisCluster = redis.asyncio.cluster.RedisCluster.from_url(
@@ -141,14 +149,23 @@ class ScriptClient:
             found = int(raw) if isinstance(raw, bytes | str) else -1
         except ValueError:
             found = -1
-        if found != FORMAT_VERSION:
+        if found not in KNOWN_FORMATS:
             shown = found if found > 0 else repr(raw)
             raise SchemaVersionError(
                 f"Redis key {key!r} says the data under this prefix has format version "
-                f"{shown}, not {FORMAT_VERSION}, the one this chatlayers knows: upgrade "
-                "chatlayers to use it (nothing was written)"
+                f"{shown}, newer than version {REWOUND_FORMAT}, the newest this chatlayers "
+                "knows: upgrade chatlayers to use it (nothing was written)"
             )
         self._format_checked = True
+        self._rewound_format = found >= REWOUND_FORMAT
+
+    async def rewound_format(self) -> None:
+        """Before the first rewind under the prefix: its format version raised to
+        :data:`REWOUND_FORMAT` (once per instance), so older releases refuse the data."""
+        if self._rewound_format or self.format_key is None:
+            return
+        await self.eval(UPGRADE_FORMAT, [self.format_key], [REWOUND_FORMAT])
+        self._rewound_format = True
 
     async def eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run ``script`` (loading it when the server does not know it)."""

@@ -9,13 +9,18 @@ Layout (``P`` = prefix; ``U``, ``S``, ``A`` = the user, session and agent ids pe
     P:{U:S}:c:A   STRING  the key's summary checkpoint (JSON), apart from the messages
     P:{U:S}:r:A   HASH    the key's application records: id -> "SEQ JSON"
     P:{U:S}:l:A   STRING  the key's summarizing lease: its owner, expiring (SET NX PX)
+    P:{U:S}:z:A   LIST    the messages rewinds hid (moved out of m), "SEQ REWIND_SEQ RECORD"
+    P:{U:S}:k:A   LIST    the key's rewinds, oldest first: "SEQ JSON"
+    P:{U:S}:v:A   HASH    every kept version of the checkpoint: version -> JSON
     P:{U:S}:a     SET     the session's agents (encoded)
     P:{U:S}:s     HASH    the session: q sequence counter, t last activity (µs), v version
     P:{U}:x       ZSET    the user's sessions (encoded) by last activity (µs)
     P:{U}:y       HASH    per session, the version of the state ``x`` shows
-    P:format      STRING  the format version of everything under the prefix (1), set on
-                          first use and checked by every store instance before its first
-                          command: a newer one raises ``SchemaVersionError``
+    P:format      STRING  the format version of everything under the prefix, set on first
+                          use (1) and checked by every store instance before its first
+                          command: a newer one raises ``SchemaVersionError``. The first
+                          rewind under the prefix raises it to 2, so an older release (which
+                          would neither list nor erase the rewound messages) refuses it.
 
 Percent-encoding keeps only RFC 3986 unreserved characters (``A-Z a-z 0-9 - . _ ~``), so an
 encoded part never holds ``:``, ``{``, ``}``, ``*``, ``?``, ``[`` or ``]``: keys cannot
@@ -118,7 +123,10 @@ class KeyNames:
         "member",
         "messages",
         "records",
+        "rewinds",
+        "rewound",
         "session",
+        "versions",
     )
 
     def __init__(self, base: str, member: str, agent: str) -> None:
@@ -131,6 +139,9 @@ class KeyNames:
         self.checkpoint = f"{base}c:{agent}"
         self.records = f"{base}r:{agent}"
         self.lease = f"{base}l:{agent}"
+        self.rewound = f"{base}z:{agent}"
+        self.rewinds = f"{base}k:{agent}"
+        self.versions = f"{base}v:{agent}"
         self.agents = f"{base}a"
         self.session = f"{base}s"
 

@@ -3,10 +3,12 @@ heads (one ``HMGET``), tails (one script), a session's rows and the keys it hold
 
 from __future__ import annotations
 
-from typing import cast
+import json
+from typing import Any, cast
 
-from storage.abilities import Head, Tail
+from storage.abilities import Head, Rewind, Tail, Timeline, mark_rewound
 from storage.codec import decode
+from storage.errors import CorruptRecordError
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import EMPTY_HEAD, SessionRow
@@ -15,7 +17,17 @@ from storage.stores.redis.context import RedisContext
 from storage.stores.redis.layout import decode_part, entries, entry, known_part, part
 from storage.stores.redis.writes import repair_head
 
-__all__ = ["fetch", "fetch_since", "head", "list_keys", "session_entries", "session_rows"]
+__all__ = [
+    "agents_of",
+    "fetch",
+    "fetch_since",
+    "head",
+    "list_keys",
+    "rewinds_of",
+    "rewound_of",
+    "session_rows",
+    "timeline",
+]
 
 
 def _head(epoch: bytes | str, last: bytes | str, version: bytes | str) -> Head:
@@ -81,33 +93,87 @@ async def fetch_since(ctx: RedisContext, key: ChatKey, after: int) -> Tail:
     return Tail(_head(epoch, last, version), tuple(seqs), tuple(messages))
 
 
-async def session_entries(
-    ctx: RedisContext, user_id: str, member: str
-) -> list[tuple[str, list[bytes]]]:
-    """``(agent_id, list entries)`` of every agent of one session (one atomic read)."""
-    base = ctx.layout.base(part("user_id", user_id), member)
-    reply = await ctx.redis.eval(scripts.FETCH_SESSION, [f"{base}a"], [base])
+def agents_of(
+    ctx: RedisContext, member: str, reply: list[Any]
+) -> list[tuple[str, list[tuple[int, ChatMessage]]]]:
+    """``(agent_id, [(seq, message)])`` of a :data:`~.scripts.FETCH_SESSION` reply, rewound
+    messages included and marked, each agent's in store order."""
     out = []
-    for n in range(0, len(reply), 2):
+    for n in range(0, len(reply), 4):
         agent = known_part(reply[n])
         if agent is None:  # a damaged member of the session's agents set
             ctx.unusable("session agents", f"session {member!r}", reply[n])
             continue
-        out.append((agent, entries(reply[n + 1])))
+        rewinds = {r.seq: r for r in rewinds_of(reply[n + 3])}
+        rows = [(seq, decode(record)) for seq, record in map(entry, entries(reply[n + 1]))]
+        for seq, rewind_seq, record in rewound_of(reply[n + 2]):
+            message = decode(record)
+            rewind = rewinds.get(rewind_seq)
+            rows.append((seq, message if rewind is None else mark_rewound(message, rewind)))
+        rows.sort(key=lambda row: row[0])
+        out.append((agent, rows))
+    return out
+
+
+def rewound_of(joined: bytes) -> list[tuple[int, int, bytes]]:
+    """``(seq, rewind seq, record)`` of each rewound entry (``"SEQ REWIND_SEQ RECORD"``).
+
+    Raises:
+        CorruptRecordError: an entry is malformed.
+    """
+    out = []
+    for raw in entries(joined):
+        seq, rest = entry(raw)
+        rewind_seq, record = entry(rest)
+        out.append((seq, rewind_seq, record))
+    return out
+
+
+def rewinds_of(joined: bytes) -> list[Rewind]:
+    """The rewinds of a key's rewinds list (``"SEQ JSON"`` each), oldest first.
+
+    Raises:
+        CorruptRecordError: an entry is malformed.
+    """
+    out = []
+    for raw in entries(joined):
+        seq, data = entry(raw)
+        try:
+            out.append(Rewind.from_json({**json.loads(data), "seq": seq}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptRecordError(f"malformed Redis rewind entry {raw[:80]!r}") from exc
     return out
 
 
 async def session_rows(ctx: RedisContext, user_id: str, session_id: str) -> list[SessionRow]:
-    """Every message of the session with its sequence number and agent."""
-    _, member = ctx.layout.session_base(user_id, session_id)
+    """Every message of the session with its sequence number and agent (rewound ones
+    marked)."""
+    base, member = ctx.layout.session_base(user_id, session_id)
+    reply = await ctx.redis.eval(scripts.FETCH_SESSION, [f"{base}a"], [base])
     rows: list[SessionRow] = []
-    for agent_id, rows_of_agent in await session_entries(ctx, user_id, member):
-        for raw in rows_of_agent:
-            seq, record = entry(raw)
-            message = decode(record)
+    for agent_id, messages in agents_of(ctx, member, reply):
+        for seq, message in messages:
             assert message.created_at is not None
             rows.append((message.created_at, seq, agent_id, message))
     return rows
+
+
+async def timeline(ctx: RedisContext, key: ChatKey) -> tuple[Timeline, bytes | None]:
+    """The key's whole record and rewinds in one script, and its checkpoint's payload."""
+    names = ctx.layout.key(key)
+    keys = [names.messages, names.rewound, names.rewinds, names.head, names.checkpoint]
+    reply = await ctx.redis.eval(scripts.TIMELINE, keys, [])
+    if reply[7]:
+        ctx.unusable("head", key, "lost or unreadable")
+        await repair_head(ctx, key)
+        reply = await ctx.redis.eval(scripts.TIMELINE, keys, [])
+    epoch, last, version, joined, hidden, rewinds, checkpoint, _ = reply
+    rows = [(seq, decode(record)) for seq, record in map(entry, entries(joined))]
+    rows += [(seq, decode(record)) for seq, _, record in rewound_of(hidden)]
+    rows.sort(key=lambda row: row[0])
+    head = _head(epoch, last, version)
+    found = Timeline(head, [seq for seq, _ in rows], [m for _, m in rows], rewinds_of(rewinds))
+    return found, checkpoint
 
 
 async def list_keys(

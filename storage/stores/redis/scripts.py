@@ -46,6 +46,8 @@ __all__ = [
     "REPAIR_HEAD",
     "REPLACE",
     "REPLACE_KEYS",
+    "REWIND",
+    "REWIND_KEYS",
     "SAVE",
     "SAVE_CHECKPOINT",
     "SAVE_KEYS",
@@ -53,13 +55,26 @@ __all__ = [
     "SAVE_RECORD_KEYS",
     "SESSION_INFO",
     "Script",
+    "TIMELINE",
+    "UPGRADE_FORMAT",
 ]
 
 
 #: The key names :data:`SAVE` takes first (``KeyNames`` fields), then the index's.
-SAVE_KEYS: Final = ("messages", "ids", "head", "agents", "session", "checkpoint", "records")
+SAVE_KEYS: Final = (
+    "messages",
+    "ids",
+    "head",
+    "agents",
+    "session",
+    "checkpoint",
+    "records",
+    "rewound",
+    "rewinds",
+    "versions",
+)
 
-# KEYS: m, i, h, a, s, c, r [, x, y]. ARGV: ttl_ms, agent, new epoch, expected version ("":
+# KEYS: m, i, h, a, s, c, r, z, k, v [, x, y]. ARGV: ttl_ms, agent, new epoch, expected version ("":
 # none), session member, base, then (id, record, at_us) per message.
 # Returns {1} on a version conflict (nothing written), else {0, {1-based indexes stored},
 # index version (0: nothing stored), session last activity µs, derived data rebuilt (0/1)}.
@@ -82,7 +97,7 @@ if held > 0 and (not epoch or epoch == '' or not last or last == 0 or not n
   last = entry_seq(redis.call('LINDEX', KEYS[1], -1)) or 0
   n = held
   first, newest = nil, nil
-  redis.call('DEL', KEYS[3], KEYS[6])
+  redis.call('DEL', KEYS[3], KEYS[6], KEYS[10])
   rebuilt = 1
 elseif held == 0 then
   last, n, first, newest = 0, 0, nil, nil
@@ -112,9 +127,9 @@ redis.call('HSET', KEYS[5], 't', fmt(st))
 local v = bump(KEYS[5])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
-  for k = 1, 7 do redis.call('PEXPIRE', KEYS[k], ttl) end
+  for k = 1, 10 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
-if KEYS[8] then index(KEYS[8], KEYS[9], ARGV[5], v, st, true, ttl) end
+if KEYS[11] then index(KEYS[11], KEYS[12], ARGV[5], v, st, true, ttl) end
 return {0, stored, v, st, rebuilt}
 """,
 )
@@ -146,15 +161,15 @@ return {head[1] or '', head[2] or '0', head[3] or '0', table.concat(rows, '\n'),
 """,
 )
 
-# KEYS: m, h, c, s. ARGV: entries expected, new epoch, last seq, count, first µs, last µs,
+# KEYS: m, h, c, s, v. ARGV: entries expected, new epoch, last seq, count, first µs, last µs,
 # agents set, base. A head rebuilt from its list (by the store, which read the entries): only
-# if the list still holds that many entries; a new epoch, the checkpoint dropped; the
-# session's last activity raised to it. Returns 1 when written.
+# if the list still holds that many entries; a new epoch, the checkpoint and its versions
+# dropped; the session's last activity raised to it. Returns 1 when written.
 REPAIR_HEAD: Final = script(
     "repair_head",
     r"""
 if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[5])
 if tonumber(ARGV[1]) == 0 then return 1 end
 redis.call('HSET', KEYS[2], 'e', ARGV[2], 'l', ARGV[3], 'n', ARGV[4], 'f', ARGV[5],
   't', ARGV[6], 'c', '0')
@@ -165,16 +180,91 @@ return 1
 """,
 )
 
-# KEYS: agents. ARGV: the session's key base "P:{U:S}:". Returns {agent, entries joined, ...}.
+# KEYS: agents. ARGV: the session's key base "P:{U:S}:". Returns {agent, entries joined,
+# rewound entries joined, rewinds joined, ...}.
 FETCH_SESSION: Final = script(
     "fetch_session",
     r"""
 local out = {}
 for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   out[#out + 1] = agent
-  out[#out + 1] = table.concat(redis.call('LRANGE', ARGV[1] .. 'm:' .. agent, 0, -1), '\n')
+  for _, kind in ipairs({'m:', 'z:', 'k:'}) do
+    out[#out + 1] = table.concat(redis.call('LRANGE', ARGV[1] .. kind .. agent, 0, -1), '\n')
+  end
 end
 return out
+""",
+)
+
+# KEYS: m, z, k, h, c. Returns {epoch, last seq, checkpoint version, entries joined, rewound
+# entries joined, rewinds joined, checkpoint payload or false, head unusable (0/1)}: the key's
+# whole record in one snapshot.
+TIMELINE: Final = script(
+    "timeline",
+    r"""
+local head = redis.call('HMGET', KEYS[4], 'e', 'l', 'c')
+local last = tonumber(head[2] or '0')
+local broken = 0
+if not last or (head[3] and not tonumber(head[3]))
+    or ((not head[1] or head[1] == '' or last == 0) and redis.call('EXISTS', KEYS[1]) == 1) then
+  broken = 1
+end
+return {head[1] or '', head[2] or '0', head[3] or '0',
+  table.concat(redis.call('LRANGE', KEYS[1], 0, -1), '\n'),
+  table.concat(redis.call('LRANGE', KEYS[2], 0, -1), '\n'),
+  table.concat(redis.call('LRANGE', KEYS[3], 0, -1), '\n'),
+  redis.call('GET', KEYS[5]), broken}
+""",
+)
+
+#: The key names :data:`REWIND` takes.
+REWIND_KEYS: Final = (
+    "messages",
+    "rewound",
+    "rewinds",
+    "head",
+    "checkpoint",
+    "versions",
+    "session",
+    "agents",
+)
+
+# KEYS: m, z, k, h, c, v, s, a. ARGV: index of the message kept last (0-based), its seq, the
+# list's length and last seq as read, the head's epoch and checkpoint version as read, the new
+# epoch, the rewind (JSON, its seq left out), the checkpoint kept (payload, "" for none) and
+# its version, ttl_ms, base. Moves the entries after the kept one from the list to the
+# rewound list ("SEQ REWIND_SEQ RECORD"), only if the list and head are as read. Returns {1}
+# when they changed (nothing written), else {0, rewind seq}.
+REWIND: Final = script(
+    "rewind",
+    r"""
+local head = redis.call('HMGET', KEYS[4], 'e', 'c')
+if (head[1] or '') ~= ARGV[5] or tonumber(head[2] or '0') ~= tonumber(ARGV[6]) then
+  return {1}
+end
+local at = tonumber(ARGV[1])
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[3]) then return {1} end
+if entry_seq(redis.call('LINDEX', KEYS[1], at)) ~= tonumber(ARGV[2]) then return {1} end
+if entry_seq(redis.call('LINDEX', KEYS[1], -1)) ~= tonumber(ARGV[4]) then return {1} end
+counter(KEYS[7], ARGV[12], KEYS[8], KEYS[1])
+local rseq = redis.call('HINCRBY', KEYS[7], 'q', 1)
+for _, moved in ipairs(redis.call('LRANGE', KEYS[1], at + 1, -1)) do
+  local cut = string.find(moved, ' ', 1, true)
+  redis.call('RPUSH', KEYS[2], string.sub(moved, 1, cut) .. fmt(rseq) .. string.sub(moved, cut))
+end
+redis.call('LTRIM', KEYS[1], 0, at)
+redis.call('RPUSH', KEYS[3], fmt(rseq) .. ' ' .. ARGV[8])
+redis.call('HSET', KEYS[4], 'e', ARGV[7])
+if ARGV[9] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[9])
+  redis.call('HSET', KEYS[6], ARGV[10], ARGV[9])
+  redis.call('HSET', KEYS[4], 'c', ARGV[10])
+end
+local ttl = tonumber(ARGV[11])
+if ttl > 0 then
+  for k = 1, 6 do redis.call('PEXPIRE', KEYS[k], ttl) end
+end
+return {0, rseq}
 """,
 )
 
@@ -226,18 +316,22 @@ DELETE_KEYS: Final = (
     "lease",
     "agents",
     "session",
+    "rewound",
+    "rewinds",
+    "versions",
 )
 
-# KEYS: m, i, h, c, r, l, a, s [, x, y]. ARGV: agent, base, session member, ttl_ms.
+# KEYS: m, i, h, c, r, l, a, s, z, k, v [, x, y]. ARGV: agent, base, session member, ttl_ms.
 # Erases one key. Returns {index version (0: nothing existed), session last µs, exists}.
 DELETE: Final = script(
     "delete",
     r"""
-local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+  KEYS[9], KEYS[10], KEYS[11])
 removed = removed + redis.call('SREM', KEYS[7], ARGV[1])
 if removed == 0 then return {0, 0, 0} end
 local v, exists, st = after_removal(KEYS[8], ARGV[2], KEYS[7])
-if KEYS[9] then index(KEYS[9], KEYS[10], ARGV[3], v, st, exists, tonumber(ARGV[4])) end
+if KEYS[12] then index(KEYS[12], KEYS[13], ARGV[3], v, st, exists, tonumber(ARGV[4])) end
 return {v, st, exists and 1 or 0}
 """,
 )
@@ -251,7 +345,8 @@ DELETE_SESSION: Final = script(
 for _, agent in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local b = ARGV[1]
   redis.call('DEL', b .. 'm:' .. agent, b .. 'i:' .. agent, b .. 'h:' .. agent,
-    b .. 'c:' .. agent, b .. 'r:' .. agent, b .. 'l:' .. agent)
+    b .. 'c:' .. agent, b .. 'r:' .. agent, b .. 'l:' .. agent, b .. 'z:' .. agent,
+    b .. 'k:' .. agent, b .. 'v:' .. agent)
 end
 local v = bump(KEYS[2])
 redis.call('DEL', KEYS[1], KEYS[2], ARGV[1] .. 'n')
@@ -261,9 +356,20 @@ return v
 )
 
 #: The key names :data:`REPLACE` takes first.
-REPLACE_KEYS: Final = ("messages", "ids", "head", "checkpoint", "records", "agents", "session")
+REPLACE_KEYS: Final = (
+    "messages",
+    "ids",
+    "head",
+    "checkpoint",
+    "records",
+    "agents",
+    "session",
+    "rewound",
+    "rewinds",
+    "versions",
+)
 
-# KEYS: m, i, h, c, r, a, s [, x, y]. ARGV: ttl_ms, agent, new epoch, base, session member,
+# KEYS: m, i, h, c, r, a, s, z, k, v [, x, y]. ARGV: ttl_ms, agent, new epoch, base, session member,
 # expected version ("": none), then (id, record, at_us) per message. Replaces the key's
 # messages in a new epoch, only if the key's version (as in SAVE) is the expected one; drops
 # the checkpoint; records stay. Returns {1} on a version conflict (nothing written), else
@@ -278,7 +384,7 @@ if ARGV[6] ~= '' then
   if ((head[1] or '') .. '.' .. fmt(last)) ~= ARGV[6] then return {1} end
 end
 counter(KEYS[7], ARGV[4], KEYS[6], KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10])
 local n, last, first, newest = 0, 0, nil, nil
 for k = 7, #ARGV, 3 do
   redis.call('SADD', KEYS[2], ARGV[k])
@@ -298,13 +404,13 @@ local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   for k = 1, 7 do redis.call('PEXPIRE', KEYS[k], ttl) end
 end
-if KEYS[8] then index(KEYS[8], KEYS[9], ARGV[5], v, st, exists, ttl) end
+if KEYS[11] then index(KEYS[11], KEYS[12], ARGV[5], v, st, exists, ttl) end
 return {0, v, st, exists and 1 or 0}
 """,
 )
 
-# KEYS: m, h, c. ARGV: expected version, epoch, covers_to, payload, ttl_ms. Compare-and-set.
-# Returns 1 when stored.
+# KEYS: m, h, c, v. ARGV: expected version, epoch, covers_to, payload, ttl_ms.
+# Compare-and-set; the checkpoint kept as its version too. Returns 1 when stored.
 SAVE_CHECKPOINT: Final = script(
     "save_checkpoint",
     r"""
@@ -321,8 +427,12 @@ end
 if not held then return 0 end
 redis.call('SET', KEYS[3], ARGV[4])
 redis.call('HSET', KEYS[2], 'c', fmt(tonumber(ARGV[1]) + 1))
+redis.call('HSET', KEYS[4], fmt(tonumber(ARGV[1]) + 1), ARGV[4])
 local ttl = tonumber(ARGV[5])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
 return 1
 """,
 )
@@ -391,6 +501,20 @@ if ttl > 0 then
 end
 if KEYS[5] then index(KEYS[5], KEYS[6], ARGV[4], v, st, true, ttl) end
 return {0, seq, v, st}
+""",
+)
+
+# KEYS: the prefix's format key. ARGV: the version to have at least. Raises it (never lowers
+# it: a newer chatlayers' version stays). Returns the version now set.
+UPGRADE_FORMAT: Final = script(
+    "upgrade_format",
+    r"""
+local now = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if now < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  now = tonumber(ARGV[1])
+end
+return now
 """,
 )
 

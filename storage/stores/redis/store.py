@@ -15,6 +15,7 @@ from storage.abilities import (
     SessionPage,
     SummaryCheckpoint,
     Tail,
+    Timeline,
 )
 from storage.checked import Check
 from storage.durations import parse_positive_duration
@@ -23,7 +24,15 @@ from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_options, secrets_of_url
 from storage.stores.base import BaseStore, SessionRow, conflict
 from storage.stores.options import CallableOption, check_callable, checked
-from storage.stores.redis import checkpoints, reads, records, search, sessions, writes
+from storage.stores.redis import (
+    checkpoints,
+    reads,
+    records,
+    search,
+    sessions,
+    timetravel,
+    writes,
+)
 from storage.stores.redis.client import (
     ClosedError,
     ScriptClient,
@@ -237,6 +246,9 @@ class RedisChatStorage(BaseStore):
     async def _load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         return await checkpoints.load(self._ctx, key)
 
+    async def _checkpoint_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        return await checkpoints.load_version(self._ctx, key, version)
+
     async def _save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
     ) -> SummaryCheckpoint | None:
@@ -281,6 +293,12 @@ class RedisChatStorage(BaseStore):
 
     async def _fetch_records(self, key: ChatKey, kind: str | None) -> list[ConversationRecord]:
         return await records.fetch(self._ctx, key, kind)
+
+    async def _timeline(self, key: ChatKey) -> Timeline:
+        return (await reads.timeline(self._ctx, key))[0]
+
+    async def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> int:
+        return await timetravel.rewind(self._ctx, key, to, rewind_id, now)
 
     def _purge(self, cutoff: datetime) -> int:
         return 0  # never called: no ``retention`` (``ttl`` expires sessions on the server)

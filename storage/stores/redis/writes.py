@@ -77,7 +77,7 @@ async def repair_head(ctx: RedisContext, key: ChatKey) -> None:
         first, newest = (min(times), max(times)) if times else (0, 0)
         done = await ctx.redis.eval(
             scripts.REPAIR_HEAD,
-            [names.messages, names.head, names.checkpoint, names.session],
+            [names.messages, names.head, names.checkpoint, names.session, names.versions],
             [len(rows), new_epoch(), last, len(rows), first, newest, names.agents, names.base],
         )
         if done:

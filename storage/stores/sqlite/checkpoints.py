@@ -30,7 +30,17 @@ from storage.stores.sqlite import tallies
 from storage.stores.sqlite.tallies import KEY
 from storage.stores.sqlite.writes import from_us, to_us
 
-__all__ = ["EMPTY_HEAD", "acquire", "head", "head_for_write", "load", "release", "save"]
+__all__ = [
+    "EMPTY_HEAD",
+    "acquire",
+    "head",
+    "head_for_write",
+    "load",
+    "load_version",
+    "release",
+    "save",
+    "store",
+]
 
 Unusable = Callable[[str, object, object], None]  # (what, where, detail): count and log it
 
@@ -136,29 +146,64 @@ def save(
         or checkpoint.epoch != current.epoch
     ):
         return None
-    covered = conn.execute(
-        f"SELECT 1 FROM messages WHERE {KEY} AND seq = ?", (*params, checkpoint.covers_to)
-    ).fetchone()
+    covered = conn.execute(_COVERED, (*params, checkpoint.covers_to)).fetchone()
     if covered is None:
         return None
     stored = attrs.evolve(checkpoint, version=expected_version + 1)
-    conn.execute(
-        "INSERT OR REPLACE INTO checkpoints (user_id, session_id, agent_id, version, epoch, "
-        "covers_to, summarizer, created_us, records) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            *params,
-            stored.version,
-            stored.epoch,
-            stored.covers_to,
-            stored.summarizer,
-            to_us(stored.created_at),
-            "\n".join(encode(m) for m in stored.messages),  # records are one line each
-        ),
-    )
-    conn.execute(
-        f"UPDATE conversations SET checkpoint_version = ? WHERE {KEY}", (stored.version, *params)
-    )
+    store(conn, key, stored)
     return stored
+
+
+# A message of the view (not rewound) with sequence number ?4.
+_COVERED: Final = (
+    "SELECT 1 FROM messages WHERE user_id = ?1 AND session_id = ?2 AND agent_id = ?3 "
+    "AND seq = ?4 AND NOT EXISTS (SELECT 1 FROM rewound WHERE user_id = ?1 "
+    "AND session_id = ?2 AND agent_id = ?3 AND seq = ?4)"
+)
+_COLUMNS: Final = "version, epoch, covers_to, summarizer, created_us, records"
+
+
+def store(conn: sqlite3.Connection, key: ChatKey, checkpoint: SummaryCheckpoint) -> None:
+    """Make ``checkpoint`` (its version set) the key's current one and keep it as that
+    version (inside a write transaction)."""
+    params = (key.user_id, key.session_id, key.agent_id)
+    row = (
+        *params,
+        checkpoint.version,
+        checkpoint.epoch,
+        checkpoint.covers_to,
+        checkpoint.summarizer,
+        to_us(checkpoint.created_at),
+        "\n".join(encode(m) for m in checkpoint.messages),  # records are one line each
+    )
+    for table in ("checkpoints", "checkpoint_versions"):
+        conn.execute(
+            f"INSERT OR REPLACE INTO {table} (user_id, session_id, agent_id, {_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            row,
+        )
+    conn.execute(
+        f"UPDATE conversations SET checkpoint_version = ? WHERE {KEY}",
+        (checkpoint.version, *params),
+    )
+
+
+def load_version(
+    conn: sqlite3.Connection, key: ChatKey, version: int, unusable: Unusable
+) -> SummaryCheckpoint | None:
+    """Version ``version`` of the key's checkpoint as kept, whatever its epoch, or ``None``
+    (also when it is unreadable: reported through ``unusable``)."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM checkpoint_versions WHERE {KEY} AND version = ?",
+        (key.user_id, key.session_id, key.agent_id, version),
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        return _decode(*row)
+    except (CorruptRecordError, SchemaVersionError, TypeError, ValueError, AttributeError) as exc:
+        unusable("checkpoint version", key, exc)
+        return None
 
 
 def acquire(conn: sqlite3.Connection, key: ChatKey, owner: str, ttl: float, now: float) -> bool:

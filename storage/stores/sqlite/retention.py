@@ -45,7 +45,9 @@ def purge(conn: sqlite3.Connection, cutoff_us: int, decode_rows: DecodeRows) -> 
             chunk = doomed[start : start + 500]
             marks = ", ".join("?" * len(chunk))
             seqs += remove(conn, f"seq IN ({marks})", chunk, erase=False)
+            conn.execute(f"DELETE FROM rewound WHERE {KEY} AND seq IN ({marks})", (*key, *chunk))
         conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", key)
+        conn.execute(f"DELETE FROM checkpoint_versions WHERE {KEY}", key)
     if seqs and min(seqs) <= fts.indexed_to(conn):
         fts.erase(conn)  # once for all the keys
     tallies.refresh_keys(conn, keys)

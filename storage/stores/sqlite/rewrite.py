@@ -44,9 +44,9 @@ def replace(
     expected_version: str | None,
     unusable: Unusable,
 ) -> tuple[list[int], list[ChatMessage]]:
-    """Replace the key's messages in one transaction (a new epoch, the checkpoint dropped,
-    records kept), only while its version is ``expected_version`` when given; the removed
-    sequence numbers and the messages stored.
+    """Replace the key's messages in one transaction (a new epoch, the checkpoint, its
+    versions and the rewinds dropped, records kept), only while its version is
+    ``expected_version`` when given; the removed sequence numbers and the messages stored.
 
     Raises:
         ConflictError: the key's version is not ``expected_version`` (nothing changed).
@@ -63,6 +63,9 @@ def replace(
             seqs = remove(conn, KEY, params, erase=False)
             conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
             conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM checkpoint_versions WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM rewinds WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM rewound WHERE {KEY}", params)
             stored: list[ChatMessage] = []
             if batch:
                 stored, _ = append(conn, key, batch)
@@ -80,7 +83,15 @@ def delete_key(conn: sqlite3.Connection, key: ChatKey, unusable: Unusable) -> li
     def work() -> list[int]:
         with transaction(conn):
             seqs = remove(conn, KEY, params)
-            for table in ("conversations", "checkpoints", "leases", "records"):
+            for table in (
+                "conversations",
+                "checkpoints",
+                "checkpoint_versions",
+                "leases",
+                "records",
+                "rewinds",
+                "rewound",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE {KEY}", params)
             tallies.refresh_sessions(conn, [(key.user_id, key.session_id)])
         return seqs
@@ -94,7 +105,16 @@ def delete_user(conn: sqlite3.Connection, user_id: str, unusable: Unusable) -> l
     def work() -> list[int]:
         with transaction(conn):
             seqs = remove(conn, "user_id = ?", (user_id,))
-            for table in ("conversations", "sessions", "checkpoints", "leases", "records"):
+            for table in (
+                "conversations",
+                "sessions",
+                "checkpoints",
+                "checkpoint_versions",
+                "leases",
+                "records",
+                "rewinds",
+                "rewound",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE user_id = ?", (user_id,))
         return seqs
 

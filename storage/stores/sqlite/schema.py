@@ -17,6 +17,18 @@ Version 2 adds, beside it:
   user so a search only ever reads one user's postings; ``meta.fts_indexed_to`` is the
   highest sequence number it covers (searches index the rest, :mod:`.fts`).
 
+Version 3 adds time travel beside them (nothing of version 2 changes):
+
+- ``rewinds``: one row per rewind of a key (its own ``seq`` from the messages' sequence, the
+  message kept last, the range it hid, when);
+- ``rewound``: one row per hidden message (key, ``seq``, the rewind's ``seq``), which every
+  read of the view leaves out (``seq NOT IN``: one primary-key range probe per read);
+- ``checkpoint_versions``: every version of each key's checkpoint (``checkpoints`` keeps
+  the current one), filled from ``checkpoints`` by the migration.
+
+A release that knows only version 2 refuses a version-3 file (:func:`check_version`):
+reading it would show rewound messages as if they were in the view.
+
 ``MIGRATIONS[n]`` holds the SQL statements that take a database from version ``n`` to
 ``n + 1``, including the statements that fill new tables from the rows already there;
 everything runs in one transaction. A database whose version is above :data:`SCHEMA_VERSION`
@@ -118,7 +130,45 @@ _V2: Final = (
     "min(first_us), max(last_us) FROM conversations GROUP BY user_id, session_id",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
+_V3: Final = (
+    """CREATE TABLE IF NOT EXISTS rewinds (
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        rewind_id TEXT NOT NULL,
+        to_id TEXT NOT NULL,
+        to_seq INTEGER NOT NULL,
+        through_seq INTEGER NOT NULL,
+        hidden INTEGER NOT NULL,
+        created_us INTEGER NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS rewound (
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        rewind_seq INTEGER NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS checkpoint_versions (
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        epoch TEXT NOT NULL,
+        covers_to INTEGER NOT NULL,
+        summarizer TEXT NOT NULL,
+        created_us INTEGER NOT NULL,
+        records TEXT NOT NULL,
+        PRIMARY KEY (user_id, session_id, agent_id, version)
+    ) WITHOUT ROWID""",
+    "INSERT OR IGNORE INTO checkpoint_versions SELECT user_id, session_id, agent_id, version, "
+    "epoch, covers_to, summarizer, created_us, records FROM checkpoints",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -33,6 +33,7 @@ from storage.abilities import (
     SessionPage,
     SummaryCheckpoint,
     Tail,
+    Timeline,
 )
 from storage.codec import DecodeCache
 from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
@@ -49,6 +50,7 @@ from storage.stores.sqlite import (
     search,
     sessions,
     tallies,
+    timetravel,
 )
 from storage.stores.sqlite.connection import connect
 from storage.stores.sqlite.writes import append, to_us, transaction, wipe_wal
@@ -78,7 +80,8 @@ class SQLiteChatStorage(BaseStore):
     every ability needs beside it (see :mod:`storage.stores.sqlite.schema`).
 
     Implements every ability of :mod:`storage.abilities` with the semantics of the memory
-    store (the reference): heads and tails, checkpoints (compare-and-set) and leases,
+    store (the reference): heads and tails, checkpoints (compare-and-set, every version
+    kept) and leases, fork, rewind and as-of reads,
     replace (compare-and-replace) and conditional saves, session listing from an index
     (one range read of ``sessions_by_activity``, whatever the sessions hold), FTS5 search
     (BM25, only the user's index entries read), records, and retention. Several store
@@ -251,6 +254,9 @@ class SQLiteChatStorage(BaseStore):
     def _load_checkpoint(self, key: ChatKey) -> SummaryCheckpoint | None:
         return checkpoints.load(self._conn, key, self._derived_unusable)
 
+    def _checkpoint_version(self, key: ChatKey, version: int) -> SummaryCheckpoint | None:
+        return checkpoints.load_version(self._conn, key, version, self._derived_unusable)
+
     def _save_checkpoint(
         self, key: ChatKey, checkpoint: SummaryCheckpoint, expected_version: int
     ) -> SummaryCheckpoint | None:
@@ -312,6 +318,19 @@ class SQLiteChatStorage(BaseStore):
 
     def _fetch_records(self, key: ChatKey, kind: str | None) -> list[ConversationRecord]:
         return records.fetch(self._conn, key, kind)
+
+    def _timeline(self, key: ChatKey) -> Timeline:
+        found = reads.timeline(self._conn, self._cache, key)
+        if found is None:  # the tally is missing or unreadable: rebuild it, then read again
+            self._head(key)
+            found = reads.timeline(self._conn, self._cache, key)
+            assert found is not None
+        return found
+
+    def _rewind(self, key: ChatKey, to: str, rewind_id: str, now: datetime) -> int:
+        """One transaction (:mod:`storage.stores.sqlite.timetravel`)."""
+        with transaction(self._conn) as conn:
+            return timetravel.rewind(conn, key, to, rewind_id, to_us(now), self._derived_unusable)
 
     def _purge(self, cutoff: datetime) -> int:
         """Each key touched starts a new epoch; the erased text is gone from the files

@@ -100,6 +100,7 @@ def rebuild_key(conn: sqlite3.Connection, key: ChatKey) -> None:
         f"SELECT count(*), min(created_us), max(created_us) FROM messages WHERE {KEY}", params
     ).fetchone()
     conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+    conn.execute(f"DELETE FROM checkpoint_versions WHERE {KEY}", params)
     conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
     if count:
         conn.execute(
@@ -145,10 +146,12 @@ def rebuild_user(conn: sqlite3.Connection, user_id: str) -> None:
             params = (user_id, session, agent)
             conn.execute(f"DELETE FROM conversations WHERE {KEY}", params)
             conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM checkpoint_versions WHERE {KEY}", params)
     for (session, agent), (count, first, last) in counted.items():
         if (session, agent) not in kept:
             params = (user_id, session, agent)
             conn.execute(f"DELETE FROM checkpoints WHERE {KEY}", params)
+            conn.execute(f"DELETE FROM checkpoint_versions WHERE {KEY}", params)
             conn.execute(
                 "INSERT INTO conversations (user_id, session_id, agent_id, epoch, "
                 "message_count, first_us, last_us, checkpoint_version) "

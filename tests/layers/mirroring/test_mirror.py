@@ -56,7 +56,13 @@ class Outage(InMemoryChatStorage):
     async def _call(self, hook: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.round_trip:
             await anyio.lowlevel.checkpoint()
-        if hook.__name__ not in ("_list_keys", "_fetch_records", "_load_checkpoint"):
+        if hook.__name__ not in (
+            "_list_keys",
+            "_fetch_records",
+            "_load_checkpoint",
+            "_checkpoint_version",
+            "_timeline",
+        ):
             self.writes += 1
             if self.hanging:
                 await anyio.sleep_forever()
@@ -120,6 +126,7 @@ WRITES: dict[str, Callable[[MirrorChatStorage, ChatKey], Awaitable[Any]]] = {
     "save_checkpoint": _checkpoint,
     "replace": _replace,
     "save_messages_if": _save_if,
+    "rewind": lambda m, k: m.rewind(k, "c1-r0"),
     "delete": lambda m, k: m.delete(k),
 }
 
@@ -181,6 +188,34 @@ async def test_an_outage_fails_no_call_is_marked_once_and_repaired_by_the_next_w
         assert (layer.missed, layer.repairs) == (0, 1)
         assert await equal(layer)
         assert await primary_of(layer).list_keys(JOURNAL_USER) == []
+
+
+async def test_a_fork_reaches_the_secondary_as_the_primary_made_it(tmp_path: Path) -> None:
+    secondary = Outage()
+    clock = FakeClock()
+    async with mirror(tmp_path, secondary, clock) as layer:
+        await layer.inner.save(ChatKey("x", "y", "z"), ChatMessage("user", "primary only"))
+        await layer.inner.delete(ChatKey("x", "y", "z"))  # the primary's sequence runs ahead
+        await layer.save_messages(KEY, conversation(1))
+        await _checkpoint(layer, KEY)
+        assert await layer.fork(KEY, OTHER, at="c1-r1") == 6
+        assert await equal(layer)
+        assert [m.id for m in await secondary.fetch(OTHER)] == [
+            m.id for m in await layer.fetch(OTHER)
+        ]
+        carried = await secondary.load_checkpoint(OTHER)
+        assert carried is not None  # the summary came along: no summarizer call there
+        assert carried.messages == (await layer.load_checkpoint(OTHER) or carried).messages
+        third = ChatKey("u", "s3", "a")
+        secondary.down = True
+        assert await layer.fork(KEY, third) == 8  # no error
+        assert layer.missed == 1
+        assert not await equal(layer)
+        secondary.down = False
+        clock.advance(10)
+        await layer.save(third, ChatMessage("user", "back"))
+        assert (layer.missed, layer.repairs) == (0, 1)
+        assert await equal(layer)
 
 
 async def test_a_missed_erasure_and_purge_are_repaired(tmp_path: Path) -> None:

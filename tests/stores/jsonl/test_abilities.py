@@ -180,8 +180,9 @@ async def test_checkpoint_compare_and_set_across_instances(tmp_path: Path) -> No
     assert second.version == 2
     assert texts((await a.load_checkpoint(KEY)).messages) == ["second"]  # type: ignore[union-attr]
     session = data_file(tmp_path).parent
-    assert sorted(p.name for p in session.iterdir()) == [".lock", "a.ckpt", "a.jsonl"]
+    assert sorted(p.name for p in session.iterdir()) == [".lock", "a.ckpt", "a.ckpts", "a.jsonl"]
     assert (session / "a.ckpt").stat().st_mode & 0o777 == 0o600
+    assert (session / "a.ckpts").stat().st_mode & 0o777 == 0o600  # every version, kept
     # never a message
     assert texts(await a.fetch(KEY)) == [f"m{i}" for i in range(4)]
     assert len(await a.fetch_all_chats("u", "s")) == 4

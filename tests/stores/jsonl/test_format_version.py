@@ -34,7 +34,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(
     ("old", "new"),
-    [(b'"v":1,', b'"v":99,'), (b'{"hdr":1,', b'{"hdr":2,')],
+    [(b'"v":1,', b'"v":99,'), (b'{"hdr":1,', b'{"hdr":3,')],
     ids=["line", "header"],
 )
 async def test_a_newer_file_is_refused_and_left_untouched(

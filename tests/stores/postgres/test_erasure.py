@@ -44,21 +44,25 @@ async def _rows_holding(conn: asyncpg.Connection, schema: str, text: str) -> dic
 
 
 async def _fill(store: PostgresChatStorage, key: ChatKey, secret: str) -> None:
-    """The secret in a message, a tool call, a record, a checkpoint and a lease owner."""
+    """The secret in a message, a tool call, a rewound message, a record, a checkpoint (and
+    its kept version) and a lease owner."""
     await store.save_messages(
         key,
         [
             ChatMessage("user", f"my name is {secret}"),
             ChatMessage("assistant", None, (ToolCall("c1", "lookup", f'{{"q": "{secret}"}}'),)),
             ChatMessage("tool", f"found {secret}", tool_call_id="c1"),
+            ChatMessage("assistant", f"rewound {secret}", id=f"gone-{secret}"),
         ],
     )
+    kept = (await store.fetch(key))[2].id
+    assert await store.rewind(key, kept) == 1
     await store.save_record(key, ConversationRecord("note", {"who": secret}))
-    head = await store.head(key)
+    tail = await store.fetch_since(key, 0)  # a checkpoint covers messages of the view
     checkpoint = SummaryCheckpoint(
         (ChatMessage("system", f"summary of {secret}", metadata=SUMMARY),),
-        head.last_seq,
-        head.epoch,
+        tail.seqs[-1],
+        tail.head.epoch,
         "manual",
         datetime.now(UTC),
     )
@@ -78,11 +82,13 @@ async def test_delete_and_delete_user_leave_no_row_holding_the_text(postgres_dsn
             await _fill(store, two, "Quuxorama")
             await _fill(store, keep, "Keepsakeword")
             before = await _rows_holding(conn, schema, "Zorblaxian")
-            # Messages (3, search vectors in the same rows), record, checkpoint, lease.
+            # Messages (4, one rewound; search vectors in the same rows), record,
+            # checkpoint and its version, lease.
             assert before == {
-                "chatlayers_messages": 3,
+                "chatlayers_messages": 4,
                 "chatlayers_messages_records": 1,
                 "chatlayers_messages_checkpoints": 1,
+                "chatlayers_messages_cp_versions": 1,
                 "chatlayers_messages_leases": 1,
             }
             await store.delete(one)
@@ -98,6 +104,7 @@ async def test_delete_and_delete_user_leave_no_row_holding_the_text(postgres_dsn
             assert await _rows_holding(conn, schema, "ana") == {}
             # Nothing else was touched.
             assert len(await store.fetch(keep)) == 3
+            assert len((await store.fetch_timeline(keep)).messages) == 4
             assert await store.load_checkpoint(keep) is not None
             assert len(await store.fetch_records(keep)) == 1
             assert await store.search("bo", "Keepsakeword")

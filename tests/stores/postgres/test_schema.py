@@ -60,7 +60,7 @@ async def test_schema_created_on_first_use_with_version_row(
     assert await conn.fetchval("SELECT to_regnamespace($1)", schema) is None  # lazy
     await s.save(KEY, ChatMessage("user", "hi"))
     rows = await conn.fetch(f'SELECT version FROM "{schema}".chatlayers_messages_version')
-    assert [r[0] for r in rows] == [SCHEMA_VERSION] == [2]
+    assert [r[0] for r in rows] == [SCHEMA_VERSION] == [3]
     indexes = {
         r[0]: r[1]
         for r in await conn.fetch(
@@ -86,8 +86,11 @@ async def test_schema_created_on_first_use_with_version_row(
             "_keys",
             "_sessions",
             "_checkpoints",
+            "_cp_versions",
             "_leases",
             "_records",
+            "_rewinds",
+            "_rewound",
             "_version",
         )
     }
