@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from storage.errors import StorageUnavailableError
@@ -41,7 +42,7 @@ def connect(
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         check_version(version, where)
         if path != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(conn, busy_timeout)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         # Deleted rows and freed pages are overwritten with zeros (erasure, see writes.py).
         conn.execute("PRAGMA secure_delete = ON")
@@ -55,6 +56,25 @@ def connect(
             conn.close()
         raise
     return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch to WAL, retrying while another connection holds the lock it needs, up to
+    ``busy_timeout`` seconds: SQLite returns SQLITE_BUSY for a journal-mode change without
+    calling the busy handler, so two processes opening a new file at once would otherwise
+    fail (once one has switched, the others' switch is a no-op)."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _make_private_dirs(directory: Path) -> None:
