@@ -51,7 +51,7 @@ def turn(n: int) -> list[ChatMessage]:
     return [
         ChatMessage("user", f"question {n}: where is flight {n}?", id=f"u{n}"),
         ChatMessage("assistant", None, (ToolCall(f"c{n}", "find", f'{{"n": {n}}}'),), id=f"t{n}"),
-        ChatMessage("tool", f"flight {n} status: " + "on time. " * 30, tool_call_id=f"c{n}"),
+        ChatMessage("tool", f"flight {n} status: " + "on time. " * 35, tool_call_id=f"c{n}"),
         ChatMessage("assistant", f"flight {n} is on time", id=f"a{n}"),
     ]
 
