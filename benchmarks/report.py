@@ -65,8 +65,8 @@ NOTES = [
     "round trip (see their n = 10 cells, 5-20× a ~40 µs in-process read); the gap closes as "
     "histories grow (about 1-1.6× at 10,000). A floor for them would be the raw driver call.",
     "- **Single appends at `synchronous=normal`.** The floor dumps the OpenAI dict and "
-    "inserts it (~20-40 µs). A save adds `prepare_batch` (in `storage/stores/base/core.py`: "
-    "validation, `datetime.now`, and `_with_created_at` to stamp `created_at`), the "
+    "inserts it (~20-40 µs). A save adds `prepare_batch` (in `storage/history.py`: "
+    "validation, `datetime.now`, and `with_created_at` to stamp `created_at`), the "
     "record envelope (id, timestamp, present fields) in `codec.encode` and the unique index "
     'on the message id that makes retries idempotent; the table "Per-message cost of the '
     'steps" has each part. With fsync (`synchronous=full`) the commit dominates and the '
