@@ -56,7 +56,7 @@ def path_from_url(url: str, scheme: str, *, options: Collection[str] | None = No
     """The file path of a file store's URL, ``~`` expanded; the query is not part of it.
 
     ``sqlite`` follows SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////absolute.db``,
-    ``sqlite://:memory:``. Other schemes (``jsonl``) follow DESIGN §4 ``jsonl://PATH``:
+    ``sqlite://:memory:``. Other schemes (``jsonl``) follow ``jsonl://PATH``:
     everything after ``scheme://`` is the path, so ``jsonl://chats`` is relative and
     ``jsonl:///var/chats`` absolute. Percent-encode ``?`` and ``#`` inside a path.
 

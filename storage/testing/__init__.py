@@ -26,7 +26,7 @@ anyio's plugin, which ``pip install anyio`` registers)::
 Run it with ``pytest``: the class expands to one test per rule, layering
 (``plain``, ``scrub``, ``summarize::scrub``) and backend. What the kit checks:
 
-- the ``ChatStorage`` protocol (DESIGN §3): ordering, idempotence, atomic batches, limits,
+- the ``ChatStorage`` protocol: ordering, idempotence, atomic batches, limits,
   hostile keys, copies, the merged view, deletion, concurrency, and that a closed store
   refuses calls with ``StorageUnavailableError``;
 - every optional ability the stack has (:func:`storage.abilities.find_ability`; tests of an

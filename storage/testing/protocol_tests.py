@@ -1,4 +1,4 @@
-"""The ``ChatStorage`` protocol tests of the conformance kit (DESIGN §3), for every stack."""
+"""The ``ChatStorage`` protocol tests of the conformance kit, for every stack."""
 
 from __future__ import annotations
 

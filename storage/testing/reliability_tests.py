@@ -1,4 +1,4 @@
-"""Reliability scenarios of the conformance kit (DESIGN §11), for every store that can have
+"""Reliability scenarios of the conformance kit, for every store that can have
 them: kill -9 in the middle of a write, two processes writing one key, a server killed and
 restarted. Each runs on one anyio backend only (they test processes, not the event loop)."""
 

@@ -1,4 +1,4 @@
-"""``chatlayers keys new|init|rotate|status|accept`` (issue 14 item 3): rotation re-wraps
+"""``chatlayers keys new|init|rotate|status|accept``: rotation re-wraps
 every data key under the newest master key without rewriting a message, after which the old
 master key can be removed; status counts data keys by master-key fingerprint and never prints
 a key; a missing keyring is named (never made by a command that reads it), ``init`` makes one

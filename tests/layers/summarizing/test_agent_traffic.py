@@ -1,4 +1,4 @@
-"""Summarizing that fits agent traffic (issue 13): long agent turns compressed by tool-call
+"""Summarizing that fits agent traffic: long agent turns compressed by tool-call
 groups (13.1), token budgets counted incrementally (13.2), tool-output trimming in the view
 (13.3), and options from URLs."""
 
@@ -77,7 +77,7 @@ def assert_group_view(view: list[ChatMessage]) -> None:
 
 
 async def test_the_600_pair_agent_turn_stays_bounded_with_bounded_calls() -> None:
-    """Before issue 13: 1,200 calls, no summary, a buffer of 1,221 messages. Bound (see the
+    """Without group compaction: 1,200 calls, no summary, a buffer of 1,221 messages. Bound (see the
     layer's docstring): at most ``n // (threshold - keep - 1) + 1`` calls (the opener is the
     one message after the header a compaction keeps besides the kept groups)."""
     summarizer = Counting()

@@ -1,4 +1,4 @@
-"""Background summarizing (issue 13.4): a save returns once the raw write is done, the summary
+"""Background summarizing: a save returns once the raw write is done, the summary
 runs in the layer's task group, one per key, and closing loses nothing. No sleeps: events."""
 
 from __future__ import annotations

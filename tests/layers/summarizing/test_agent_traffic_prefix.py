@@ -1,4 +1,4 @@
-"""A prompt-cache-friendly view (issue 13.5): between two compactions every fetch returns the
+"""A prompt-cache-friendly view: between two compactions every fetch returns the
 previous view as an exact prefix plus the new messages; the leading system prompt stays first
 and unchanged across compactions; ``view_version`` changes only when a compaction happens."""
 

@@ -1,4 +1,4 @@
-"""The main job shows it (issue 13.7): replaying the shipped sets through a token budget
+"""The main job shows it: replaying the shipped sets through a token budget
 summarizes the long tau-bench and SWE-agent conversations, and the report has the per-set
 table and what a triggering save cost; the background benchmark runs end to end."""
 

@@ -1,4 +1,4 @@
-"""The summarizing layer's options from URLs and TOML (issue 12 item 9), and the shipped
+"""The summarizing layer's options from URLs and TOML, and the shipped
 production config running coherent, shared summaries over a real PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Summaries that hold across workers and restarts, on real stores (issue 12 items 2-4):
+"""Summaries that hold across workers and restarts, on real stores:
 two stack instances over one database, and four processes saving and fetching one long
 conversation -> exactly one summarizer call per threshold crossing and one final view."""
 

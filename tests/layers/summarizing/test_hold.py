@@ -1,5 +1,4 @@
-"""Summaries under a budget carry over to a restarted or second worker (issue 12 item 2,
-issue 13 item 1): the hold after a compaction that could not get under the budget is stored
+"""Summaries under a budget carry over to a restarted or second worker: the hold after a compaction that could not get under the budget is stored
 in the checkpoint, so every instance takes the same decision; a held view is compacted again
 once a new turn allows cutting more. Verbatim copies in the view are the raw messages (only
 the summary is ``is_summary``), and ``compact(key, summary=...)`` keeps the pinned prompt."""
@@ -216,7 +215,7 @@ async def test_a_held_view_is_compacted_again_when_a_new_turn_allows_cutting(
     assert [m.text for m in view[1:]] == ["q2", "a2", "b2", "more", "q3"]
 
 
-# --- item 2: verbatim copies are the raw messages ---------------------------------------------
+# --- verbatim copies are the raw messages -----------------------------------------------------
 
 
 async def test_the_pinned_prompt_leads_the_one_header_and_verbatim_copies_are_raw(
@@ -297,7 +296,7 @@ async def test_trimmed_results_in_the_view_carry_only_their_trimmed_marker() -> 
     ]  # the rest exactly as stored
 
 
-# --- item 3: compact(summary=...) keeps the pinned prompt ------------------------------------
+# --- compact(summary=...) keeps the pinned prompt --------------------------------------------
 
 
 @pytest.mark.parametrize("summaries", ["store", "memory"])

@@ -1,5 +1,5 @@
-"""SummarizingChatStorage in ``summaries="memory"`` mode (the seed's contract): one test per
-rule of DESIGN.md §5, and a reference-model property. Store-mode tests (checkpoints, coherence,
+"""SummarizingChatStorage in ``summaries="memory"`` mode: one test per
+rule of the layer's contract (docs/summarizing.md), and a reference-model property. Store-mode tests (checkpoints, coherence,
 fleets) are in the other ``test_summarizing_*`` modules."""
 
 from __future__ import annotations
@@ -381,7 +381,7 @@ class Reference:
         self.threshold = trigger_at * 2
         self.keep_last = keep_last
         # A summary that leaves the view over the trigger holds the key until this much more
-        # arrived (issue 13.1: no retry on every save), or a new turn started in its tail.
+        # arrived (no retry on every save), or a new turn started in its tail.
         self.step = max(1, self.threshold - max(1, self.threshold // 4))
         self.hold = 0
         self.hold_turns = 0

@@ -1,6 +1,6 @@
 """SummarizingChatStorage with ``summaries="store"``: checkpoints beside the raw record,
-coherent views across instances, leases, ``on_error``, ``compact``, and forwarded abilities
-(issue 12; issue 11 item 7). Unit tests over the memory store (the reference store)."""
+coherent views across instances, leases, ``on_error``, ``compact``, forwarded abilities and
+bounded state. Unit tests over the memory store (the reference store)."""
 
 from __future__ import annotations
 
@@ -515,7 +515,7 @@ async def test_purge_drops_cached_views() -> None:
     assert [m.text for m in await layer.fetch(KEY)] == ["new"]
 
 
-# Issue 11 item 7: bounded state, also while the summarizer keeps failing -----------------
+# Bounded state, also while the summarizer keeps failing ----------------------------------
 
 
 @pytest.mark.parametrize("summaries", ["memory", "store"])
@@ -540,7 +540,7 @@ async def test_state_never_exceeds_max_buffers_while_summaries_fail(
 
 
 async def test_failing_activations_leave_no_state_beyond_max_buffers() -> None:
-    """Only the seed's options: fails on the seed, which kept a state per failing key."""
+    """The default options only: a layer that kept a state per failing key would fail."""
     fake = FakeSummarizer()
     fake.fail = RuntimeError("model down")
     layer = SummarizingChatStorage(

@@ -1,4 +1,4 @@
-"""Tool-output trimming in the model view (issue 13.3): deterministic, pairs intact."""
+"""Tool-output trimming in the model view: deterministic, pairs intact."""
 
 from __future__ import annotations
 
