@@ -1,6 +1,6 @@
-"""SummarizingChatStorage in ``summaries="memory"`` mode: one test per
-rule of the layer's contract (docs/summarizing.md), and a reference-model property. Store-mode tests (checkpoints, coherence,
-fleets) are in the other ``test_summarizing_*`` modules."""
+"""SummarizingChatStorage in ``summaries="memory"`` mode: one test per rule of the layer's
+contract (docs/summarizing.md), and a reference-model property. Store-mode tests (checkpoints,
+coherence, fleets) are in the other modules of this folder."""
 
 from __future__ import annotations
 
