@@ -1,7 +1,8 @@
 """Summaries under a budget carry over to a restarted or second worker: the hold after a
-compaction that could not get under the budget is stored in the checkpoint, so every instance takes the same decision; a held view is compacted again
-once a new turn allows cutting more. Verbatim copies in the view are the raw messages (only
-the summary is ``is_summary``), and ``compact(key, summary=...)`` keeps the pinned prompt."""
+compaction that could not get under the budget is stored in the checkpoint, so every instance
+takes the same decision; a held view is compacted again once a new turn allows cutting more.
+Verbatim copies in the view are the raw messages (only the summary is ``is_summary``), and
+``compact(key, summary=...)`` keeps the pinned prompt."""
 
 from __future__ import annotations
 
