@@ -20,7 +20,7 @@ file over the path, so an unchanged identity means unchanged content and a head 
 Every version stored is also appended to ``<agent>.ckpts`` (one payload per line, fsynced), which
 :func:`load_version` reads; a ``replace`` or a purge removes it with the sidecar. A rewind that
 voids the checkpoint leaves the sidecar as it is: its epoch then differs from the key's only in
-the rewind part (:func:`storage.stores.jsonl.lines.file_epoch`), so its version still counts as
+the rewind part (:func:`storage.stores.jsonl.header.file_epoch`), so its version still counts as
 the head's, and the next compare-and-set makes the version after it.
 """
 
@@ -38,7 +38,7 @@ from storage.errors import CorruptRecordError
 from storage.message import ChatMessage
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ, fsync_dir, write_atomic
-from storage.stores.jsonl.lines import file_epoch
+from storage.stores.jsonl.header import file_epoch
 from storage.stores.jsonl.locks import flock
 from storage.stores.jsonl.names import Paths
 from storage.stores.jsonl.reads import load_items

@@ -23,6 +23,7 @@ from storage.message import ChatKey, ChatMessage
 from storage.stores.base import EMPTY_HEAD
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import O_READ
+from storage.stores.jsonl.header import parse_header
 from storage.stores.jsonl.lines import (
     Entry,
     Hidden,
@@ -32,7 +33,6 @@ from storage.stores.jsonl.lines import (
     decode_entry,
     fallback_epoch,
     first_seq,
-    parse_header,
     read_lines,
     scan,
 )

@@ -27,13 +27,13 @@ from storage.stores.base import EMPTY_HEAD, conflict
 from storage.stores.epochs import new_epoch
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.fsutil import fsync_dir, listdir, rmdir_if_empty, unlink, write_atomic
+from storage.stores.jsonl.header import format_header
 from storage.stores.jsonl.lines import (
     Hidden,
     Item,
     Scan,
     decode_entry,
     format_batch,
-    format_header,
     memory_lines,
     single_line,
 )

@@ -34,14 +34,14 @@ from storage.durations import Duration, PositiveDuration, parse_duration, parse_
 from storage.errors import InvalidArgumentError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.search import scan_search
-from storage.stores.base import EMPTY_HEAD, BaseStore, SessionRow, check_key, conflict, page_of
+from storage.stores.base import EMPTY_HEAD, BaseStore, SessionRow, conflict, page_of
 from storage.stores.jsonl import checkpoints, leases, rewrite
 from storage.stores.jsonl.cache import LineCache
 from storage.stores.jsonl.checkpoints import CheckpointReader
-from storage.stores.jsonl.compact import CompactResult, compact_files
 from storage.stores.jsonl.fsutil import fsync_paths, size
 from storage.stores.jsonl.locks import SessionLocks, WouldBlock
-from storage.stores.jsonl.names import Paths, encode_name, key_paths, session_paths
+from storage.stores.jsonl.maintenance import Maintenance
+from storage.stores.jsonl.names import Paths, encode_name, key_paths
 from storage.stores.jsonl.reads import (
     epoch_of,
     keys_with_messages,
@@ -56,7 +56,7 @@ from storage.stores.jsonl.reads import (
 from storage.stores.jsonl.reads import timeline as read_timeline
 from storage.stores.jsonl.sessions import user_sessions
 from storage.stores.jsonl.timetravel import rewind_key
-from storage.stores.jsonl.tree import all_sessions, session_files
+from storage.stores.jsonl.tree import session_files
 from storage.stores.jsonl.writer import FsyncPolicy, Writer
 from storage.stores.options import (
     Count,
@@ -80,7 +80,7 @@ INLINE_BYTES: Final = 128 * 1024
 INLINE_LIMIT: Final = 256
 
 
-class JsonlChatStorage(BaseStore):
+class JsonlChatStorage(Maintenance, BaseStore):
     """Conversations as append-only JSON-lines files under ``path`` (see
     ``storage.stores.jsonl``), with every ability of :mod:`storage.abilities`.
 
@@ -478,52 +478,3 @@ class JsonlChatStorage(BaseStore):
         return await anyio.to_thread.run_sync(
             rewrite.purge_root, self.root, to_us(cutoff), self._forget_key
         )
-
-    # --- maintenance ---------------------------------------------------------------------
-
-    async def compact(self, key: ChatKey) -> CompactResult | None:
-        """Rewrite one conversation's file without its torn, unreadable or incomplete lines.
-
-        The valid lines (and the header: the epoch stays) are copied byte for byte (``seq``
-        kept) to a temporary file in the same directory, fsynced, and renamed over the file,
-        under the session's locks; readers see the old file or the new one. Nothing is
-        rewritten when nothing needs dropping.
-
-        Returns:
-            What was done, or ``None`` when the conversation has no file.
-
-        Raises:
-            InvalidKeyError: ``key`` is not a ``ChatKey``.
-            StorageUnavailableError: the file cannot be read or replaced, or the store is
-                closed.
-        """
-        check_key(key)
-        self._check_open()
-        paths = self._paths(key)
-        try:
-            done = await self._locked(
-                paths, compact_files, paths, [paths.data], self._writer.mark_synced
-            )
-        finally:
-            self._forget(paths.data)
-        return done[0] if done else None
-
-    async def compact_all(self) -> list[CompactResult]:
-        """:meth:`compact` every file under the root, one session at a time.
-
-        Raises:
-            StorageUnavailableError: a file cannot be read or replaced, or the store is closed.
-        """
-        self._check_open()
-        results: list[CompactResult] = []
-        sessions = await anyio.to_thread.run_sync(all_sessions, self.root)
-        for user_dir, session_dir, files in sessions:
-            paths = session_paths(user_dir, session_dir)
-            try:
-                done = await self._locked(
-                    paths, compact_files, paths, files, self._writer.mark_synced
-                )
-            finally:
-                self._forget(session_dir)
-            results.extend(done)
-        return results

@@ -21,13 +21,8 @@ from storage.message import ChatKey, ChatMessage
 from storage.stores.base import not_in_view
 from storage.stores.jsonl import checkpoints
 from storage.stores.jsonl.checkpoints import CheckpointReader
-from storage.stores.jsonl.lines import (
-    file_epoch,
-    format_header,
-    head_epoch,
-    hide_line,
-    single_line,
-)
+from storage.stores.jsonl.header import file_epoch, format_header, head_epoch
+from storage.stores.jsonl.lines import hide_line, single_line
 from storage.stores.jsonl.locks import flock, read_counter, reserve
 from storage.stores.jsonl.names import Paths
 from storage.stores.jsonl.rewrite import read_whole, write_file

@@ -23,11 +23,11 @@ from storage.abilities import ConversationRecord
 from storage.message import ChatKey, ChatMessage
 from storage.stores.epochs import new_epoch
 from storage.stores.jsonl.fsutil import fsync_dir, fsync_paths
+from storage.stores.jsonl.header import format_header
 from storage.stores.jsonl.lines import (
     TORN_MARK,
     IdKey,
     format_batch,
-    format_header,
     format_record,
     parse_id,
     parse_torn_id,
