@@ -49,7 +49,7 @@ from storage.cli.output import Output
 from storage.cli.registry import registered
 from storage.config import open_storage
 from storage.config.loading import ENV_CONFIG, ENV_URL, to_spec
-from storage.config.stack import Stack
+from storage.config.stack import Stack, components
 from storage.errors import ChatStorageError, ConfigError
 from storage.redact import redact_url
 from storage.telemetry import operation
@@ -205,11 +205,23 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
         code: int = await args.handler(args, out, None)
         return code
     stack = _open(args)
+    if getattr(args, "read_only", False):
+        _serve_only(stack)
     async with stack:
         # One span for the command when the stack has an otel layer (its calls inside).
         with operation(stack, "command", command=str(args.command)):
             code = await args.handler(args, out, stack)
         return code
+
+
+def _serve_only(stack: Stack) -> None:
+    """A command that only reads makes no summary: it shows the stored ones as they are, so
+    looking at a conversation never changes what the deployment's own stack serves."""
+    from storage.layers.summarizing import SummarizingChatStorage
+
+    for component in components(stack):
+        if isinstance(component, SummarizingChatStorage):
+            component.serve_only = True
 
 
 def _show_warning(

@@ -9,7 +9,8 @@ line in that tuple::
     async def _keys(args: argparse.Namespace, out: Output, stack: Stack) -> int: ...
 
 ``arguments(parser)`` adds the command's own flags (each with help text: a test walks the
-parser); ``read_only`` commands never create a missing SQLite file; ``needs_stack=False``
+parser); ``read_only`` commands never create a missing SQLite file and make no summary (their
+summarizing layers are ``serve_only``); ``needs_stack=False``
 commands are called with ``stack=None`` and open nothing; ``many_stacks`` commands (with
 ``needs_stack=False``) take ``--url``/``--config`` several times and get lists; ``check(args)``
 returns a usage error's text (exit status 2, with the command's usage) or ``None``.

@@ -57,8 +57,9 @@ class Settable(Delegated[T]):
 
 
 class LayerAttributes:
-    """The summarizing layer's attributes that are its options' (``_options``, read-only)
-    and its counters (``_counts``, settable); see ``SummarizingChatStorage``."""
+    """The summarizing layer's attributes that are its options' (``_options``, read-only),
+    its counters (``_counts``, settable) and ``serve_only`` (its policy's, settable); see
+    ``SummarizingChatStorage``."""
 
     trigger_at = Delegated[int | None]("_options")
     keep_last = Delegated[int]("_options")
@@ -86,3 +87,5 @@ class LayerAttributes:
     collapses_made = Settable[int]("_counts")
     trims_made = Settable[int]("_counts")
     saves_triggering = Settable[int]("_counts")
+
+    serve_only = Settable[bool]("_policy")

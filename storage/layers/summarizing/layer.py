@@ -156,6 +156,11 @@ class SummarizingChatStorage(LayerAttributes, RecordEdits, ChatStorageWrapper):
             summarizer call).
         saves_triggering: saves that found the view due and started (or, in background
             mode, scheduled) a compaction.
+        serve_only: settable, default ``False``. ``True``: the layer makes no summary (no
+            summarizer call, no checkpoint written); a view is the stored checkpoint as it is
+            and the raw messages after it, or the raw record. For tools that only read: the
+            CLI's read-only commands set it, so looking at a conversation never changes
+            what the deployment's own stack serves. ``compact()`` still compacts.
 
     Summarizer calls: a compaction brings the view down to about the keep budget, and a key
     whose view could not be brought under the trigger is held until ``trigger - keep`` more

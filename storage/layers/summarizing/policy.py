@@ -67,6 +67,8 @@ class Policy:
         trigger_tokens: token budget: a view of more tokens is due (``None``: messages).
         keep_tokens: tokens a compaction keeps verbatim at the end (token budget).
         counter: token budget: the per-message counts for the options' ``model``.
+        serve_only: make no summary: every view is the stored checkpoint as it is (and the
+            raw messages after it), for tools that only read (the CLI's ``show``, ``export``).
     """
 
     threshold: int | None
@@ -77,6 +79,7 @@ class Policy:
     trigger_tokens: int | None = None
     keep_tokens: int | None = None
     counter: TokenCounter | None = None
+    serve_only: bool = False
 
     @classmethod
     def of(cls, options: SummarizingOptions) -> Policy:
@@ -120,6 +123,8 @@ class Policy:
     def over(self, messages: Sequence[ChatMessage]) -> bool:
         """``messages`` (a cold key's raw history) are over the budget: pairs count the
         messages after the leading prompt, tokens everything."""
+        if self.serve_only:
+            return False
         counter = self.counter
         if counter is None:
             lead = 1 if messages and messages[0].role in LEADING_ROLES else 0
@@ -170,7 +175,7 @@ class Policy:
     def due(self, state: KeyState) -> bool:
         """The view is over the trigger and not held (see the module docstring)."""
         view = state.view
-        if view is None:
+        if view is None or self.serve_only:
             return False
         if self.trigger_tokens is not None:
             size = state.tokens
