@@ -280,7 +280,12 @@ class _Resolution:
         for name, (index, value) in options.items():
             param = declared.get(name)
             if param is None:
-                if part.from_url and name in spec.url_options and not did_you_mean(name, declared):
+                if (
+                    part.from_url
+                    and name in spec.url_options
+                    and getattr(part.factory, "url_driver_options", True)
+                    and not did_you_mean(name, declared)
+                ):
                     continue  # a driver parameter (sslmode=...): the store reads it from the URL
                 if part.open_kwargs:
                     part.kwargs[name] = value

@@ -67,6 +67,12 @@ SECRET_ENTITIES: Final = frozenset({"PRIVATE_KEY", "JWT", "API_KEY", "PASSWORD"}
 CustomDetector = Detector | RegexDetector | re.Pattern[str] | str
 
 
+_NOT_A_DETECTOR: Final = (
+    "; names and places have no rule-based detector: they are found under name keys of tool "
+    "data (json_keys), in known_values, or by the NER recognizer (recognizer=)"
+)
+
+
 def choose_entities(entities: Iterable[str] | None) -> list[str]:
     """The built-in entities to find: all of them for ``None``.
 
@@ -86,6 +92,7 @@ def choose_entities(entities: Iterable[str] | None) -> list[str]:
                 f"unknown PII entity {name!r}"
                 + (f"; did you mean {hint[0]!r}?" if hint else "")
                 + f" (known: {', '.join(BUILTIN_ENTITIES)})"
+                + (_NOT_A_DETECTOR if name in ("PERSON", "LOCATION") else "")
             )
         chosen.append(name)
     return chosen

@@ -14,10 +14,11 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Final, Literal, TypeAlias, get_args
 
 import attrs
 
+from storage.checked import Check
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
 from storage.pii.detectors import SpanFinder
@@ -43,6 +44,13 @@ from storage.pii.spans import Detection, resolve
 
 if TYPE_CHECKING:
     from storage.abilities import ConversationRecord
+
+
+def _check_entities(entities: Iterable[str] | None) -> None:
+    choose_entities(entities)  # a URL or TOML mistake is listed with the others
+
+
+Entities: TypeAlias = Annotated[Iterable[str] | None, Check(_check_entities)]
 
 __all__ = [
     "BUILTIN_ENTITIES",
@@ -122,7 +130,7 @@ class PIIScrubber:
         self,
         secret: str | bytes | None = None,
         *,
-        entities: Iterable[str] | None = None,
+        entities: Entities = None,
         mode: Mode = "redact",
         known_values: Mapping[str, Iterable[str]] | None = None,
         known_values_for: KnownValuesFor | None = None,

@@ -170,6 +170,27 @@ def test_a_bad_store_url_is_reported_with_the_bad_layers() -> None:
     assert lines[2].startswith("segment 3 (store URL): the last segment 'sqlite' is not a store")
 
 
+def test_bad_entities_and_a_store_url_option_are_listed_with_a_bad_layer_option() -> None:
+    url = "summarize?trigger_at=x::scrub?entities=PERSON::sqlite:///never.db?paht=1"
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    lines = problem_lines(info.value)
+    assert len(lines) == 3
+    assert lines[0].startswith("segment 1 (summarize): layer 'summarize': option 'trigger_at'")
+    assert "unknown PII entity 'PERSON'" in lines[1]
+    assert "NER recognizer" in lines[1]  # names have no rule-based detector
+    assert lines[2] == (
+        "segment 3 (sqlite): store 'sqlite' has no option 'paht'; allowed: busy_timeout, "
+        "cache_chars, clock, create, purge_interval, retention, synchronous"
+    )
+    with pytest.raises(ConfigError, match="did you mean 'fsync'"):
+        open_storage("jsonl://chats?fsynk=always")
+    # Stores whose driver reads the rest of the query keep taking its parameters.
+    dsn = "postgresql://u@db.internal/chats?sslmode=require"
+    assert open_storage(dsn).describe().startswith(dsn)
+    open_storage("redis://localhost/0?socket_timeout=3")
+
+
 def test_one_mistake_keeps_its_single_line_wording(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         open_storage("summarize?triger_at=3::memory://")

@@ -121,6 +121,10 @@ class StoreCore(AsyncContextMixin):
     """The ``ChatStorage`` templates, listing, lifecycle and ``describe`` of every store."""
 
     scheme: ClassVar[str] = ""
+    # Whether query options of the URL a store does not declare go to its driver
+    # (``sslmode=`` for PostgreSQL); ``False`` (the file and memory stores): such an option
+    # is a mistake, listed with the configuration's other problems.
+    url_driver_options: ClassVar[bool] = True
     driver_errors: tuple[type[BaseException], ...] = ()
     # As the user typed it, secrets redacted (set by ``from_url``; ``describe`` shows it).
     display_url: str | None = None

@@ -123,6 +123,7 @@ class JsonlChatStorage(Maintenance, BaseStore):
     """
 
     scheme = "jsonl"
+    url_driver_options = False  # every query option is its own: a stray one is a mistake
     driver_errors = (OSError,)
 
     def __init__(

@@ -74,6 +74,7 @@ class InMemoryChatStorage(BaseStore):
     """
 
     scheme = "memory"
+    url_driver_options = False  # every query option is its own: a stray one is a mistake
 
     def __init__(
         self,

@@ -118,6 +118,7 @@ class SQLiteChatStorage(BaseStore):
     """
 
     scheme = "sqlite"
+    url_driver_options = False  # every query option is its own: a stray one is a mistake
     driver_errors = (sqlite3.Error, OSError)
 
     def __init__(
