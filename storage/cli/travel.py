@@ -109,7 +109,7 @@ async def _cmd_rewind(args: argparse.Namespace, out: Output, stack: Stack) -> in
         return 0
     out.text(
         f"rewound {key} to message {args.to!r}: {plural(hidden, 'message')} hidden from the "
-        "view (kept in the record: show --as-of, export; erased by delete)"
+        "view (kept in the record: show --as-of, fetch_all_chats, migrate; erased by delete)"
     )
     return 0
 
