@@ -32,9 +32,11 @@ def require_ability(stack: Stack, ability: type[A], what: str, method: str) -> A
             for line, component in zip(lines, stack.components(), strict=False)
             if not isinstance(component, ability)
         ]
+        hidden = "Encrypting" in " ".join(missing)
+        why = " (an encrypting layer hides reads of stored text: it holds ciphertext)"
         raise ConfigError(
-            f"{what} needs {method}, which this stack cannot do: "
-            f"{'; '.join(missing) or lines[-1]} does not implement it"
+            f"{what} needs {ability.__name__}.{method}(), which this stack does not offer: "
+            f"{'; '.join(missing) or lines[-1]} does not{why if hidden else ''}"
         )
     return found
 

@@ -127,6 +127,9 @@ async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     seq = timeline.seq_of(reply_id)
     if seq is None:
         raise ConfigError(f"no message {reply_id!r} in {key}")
+    role = next((m.role for m in timeline.messages if m.id == reply_id), None)
+    if role is not None and role != "assistant":
+        raise ConfigError(f"message {reply_id!r} is a {role} message, not a reply")
     found = await travel.provenance(key, reply_id)
     if found is None:
         if not _summarizing(stack):

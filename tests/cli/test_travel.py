@@ -157,6 +157,8 @@ async def test_why_prints_the_view_a_summarized_reply_answered(db: Path) -> None
     assert run_json("why", "--url", url, "--session", "trip", "--last")["reply"] == LAST
     unknown = run("why", "--url", url, "--session", "trip", "--message", "nope", check=1)
     assert "no message 'nope'" in unknown.stderr
+    question = run("why", "--url", url, "--session", "trip", "--message", "u1", check=1)
+    assert "'u1' is a user message, not a reply" in question.stderr
 
 
 def test_why_without_a_summarizing_layer_prints_the_record_before_the_reply(db: Path) -> None:
