@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from storage.abilities import ListableStorage, find_ability
 from storage.cli.conversation_file import DEFAULT_AGENT, conversation_record, read_conversations
 from storage.cli.output import Output
 from storage.cli.registry import command
@@ -166,23 +167,29 @@ def _tokens(count: int | None) -> int | str:
 
 
 async def conversation_key(
-    stack: Stack, user_id: str | None, session_id: str, agent_id: str
+    stack: Stack, user_id: str | None, session_id: str, agent_id: str | None
 ) -> ChatKey:
-    """The key of a conversation named on the command line; ``user_id`` found from the
-    session when omitted (the stack's key listing).
+    """The key of a conversation named on the command line: ``agent_id`` (``None``: the
+    session's only agent, else ``assistant``) and ``user_id`` (``None``: found from the
+    session) from the stack's key listing.
 
     Raises:
         ConfigError: the session holds no conversation, not that agent, or several users'.
     """
+    listable = find_ability(stack, ListableStorage)
+    if agent_id is None:
+        keys = await listable.list_keys(user_id, session_id) if listable is not None else []
+        agents = {k.agent_id for k in keys}
+        agent_id = agents.pop() if len(agents) == 1 else DEFAULT_AGENT
     if user_id is None:
         keys = await require_listable(stack).list_keys(None, session_id)
         if not keys:
             raise ConfigError(f"no conversation is stored in session {session_id!r}")
         users = sorted({k.user_id for k in keys if k.agent_id == agent_id})
         if not users:
-            agents = ", ".join(sorted({repr(k.agent_id) for k in keys}))
+            agents_found = ", ".join(sorted({repr(k.agent_id) for k in keys}))
             raise ConfigError(
-                f"session {session_id!r} has no agent {agent_id!r}; its agents: {agents}"
+                f"session {session_id!r} has no agent {agent_id!r}; its agents: {agents_found}"
             )
         if len(users) > 1:
             found = ", ".join(repr(u) for u in users)
@@ -358,7 +365,11 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
 def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", default=None, help="user id (found from the session when omitted)")
     p.add_argument("--session", required=True, help="session id")
-    p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent id (default {DEFAULT_AGENT})")
+    p.add_argument(
+        "--agent",
+        default=None,
+        help=f"agent id (default: the session's only one, else {DEFAULT_AGENT})",
+    )
     p.add_argument("--raw", action="store_true", help="the stored record, not the model view")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N newest messages")
     p.add_argument(

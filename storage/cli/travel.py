@@ -74,7 +74,7 @@ def print_messages(
             out.text(f"    {line}")
 
 
-def _key(args: argparse.Namespace) -> tuple[str | None, str, str]:
+def _key(args: argparse.Namespace) -> tuple[str | None, str, str | None]:
     return args.user, args.session, args.agent
 
 
@@ -242,7 +242,11 @@ async def show_as_of(
 def _conversation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", default=None, help="user id (found from the session when omitted)")
     p.add_argument("--session", required=True, help="session id")
-    p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent id (default {DEFAULT_AGENT})")
+    p.add_argument(
+        "--agent",
+        default=None,
+        help=f"agent id (default: the session's only one, else {DEFAULT_AGENT})",
+    )
 
 
 def _fork_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,12 +13,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from storage.cli import main
 from storage.cli.conversation_file import message_id, read_conversations
 from storage.cli.output import Output
 from storage.cli.replay import ReplayReport
+from storage.config import open_storage
 from storage.config.registry import registry
 from storage.errors import InvalidMessageError
 from storage.message import AgentMessage, ChatKey, ChatMessage
@@ -258,6 +260,25 @@ def test_show_finds_the_user_from_the_session(
     code, _, err = run(capsys, "show", "--url", url, "--session", session, "--agent", "bogus")
     assert code == 1
     assert f"session {session!r} has no agent 'bogus'; its agents: 'assistant'" in err
+
+
+def test_show_takes_the_sessions_only_agent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'bots.db'}"
+
+    async def fill() -> None:
+        async with open_storage(url) as stack:
+            await stack.save(ChatKey("u1", "s1", "bot"), ChatMessage("user", "hello bot"))
+            await stack.save(ChatKey("u1", "s2", "bot"), ChatMessage("user", "one"))
+            await stack.save(ChatKey("u1", "s2", "helper"), ChatMessage("user", "two"))
+
+    anyio.run(fill)
+    view = run_json(capsys, "show", "--url", url, "--session", "s1")
+    assert (view["agent_id"], view["messages"][0]["content"]) == ("bot", "hello bot")
+    code, _, err = run(capsys, "show", "--url", url, "--session", "s2")  # two agents: say which
+    assert code == 1
+    assert "session 's2' has no agent 'assistant'; its agents: 'bot', 'helper'" in err
 
 
 def test_show_scrubbed_raw_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
