@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -35,6 +34,7 @@ from storage.abilities import (
 from storage.config.stack import components, describe_lines
 from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
 from storage.errors import ConfigError, ConflictError
+from storage.keyed_locks import KeyedLocks
 from storage.layers.mirroring.misses import Misses
 from storage.message import ChatKey, ChatMessage
 from storage.migrate.copying import sync_key
@@ -70,28 +70,6 @@ def _open(what: str, value: object) -> tuple[ChatStorage, str, bool]:
     if isinstance(value, ChatStorage):
         return value, " | ".join(describe_lines(value)), False
     raise ConfigError(f"mirror: {what} must be a store URL or a ChatStorage, got {value!r}")
-
-
-class _KeyLocks:
-    """One lock per conversation while a write is in flight (so the secondary gets a key's
-    writes in the primary's order)."""
-
-    def __init__(self) -> None:
-        self._held: dict[ChatKey, tuple[anyio.Lock, list[int]]] = {}
-
-    @asynccontextmanager
-    async def hold(self, key: ChatKey) -> AsyncIterator[None]:
-        entry = self._held.get(key)
-        if entry is None:
-            entry = self._held[key] = (anyio.Lock(), [0])
-        entry[1][0] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1][0] -= 1
-            if not entry[1][0]:
-                del self._held[key]
 
 
 class MirrorChatStorage(ChatStorageWrapper):
@@ -208,7 +186,9 @@ class MirrorChatStorage(ChatStorageWrapper):
             recheck=self.recheck,
             clock=clock,
         )
-        self._locks = _KeyLocks()
+        # One lock per conversation while a write is in flight (so the secondary gets a
+        # key's writes in the primary's order).
+        self._locks: KeyedLocks[ChatKey] = KeyedLocks()
         self._rest_until = float("-inf")
 
     # --- counters -----------------------------------------------------------------------

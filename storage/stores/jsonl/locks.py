@@ -10,13 +10,12 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import Final
 
-import anyio
-
 from storage.errors import StorageUnavailableError
+from storage.keyed_locks import KeyedLocks
 from storage.stores.jsonl.fsutil import fsync_dir
 from storage.stores.jsonl.names import Paths
 
@@ -27,28 +26,11 @@ class WouldBlock(Exception):
     """Work on the event loop stopped before doing anything: retry it on a worker thread."""
 
 
-class SessionLocks:
-    """The in-process lock of each session, dropped when nobody holds or waits on it."""
+class SessionLocks(KeyedLocks[str]):
+    """The in-process lock of each session (by its directory), dropped when nobody holds or
+    waits on it."""
 
-    __slots__ = ("_locks",)
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[anyio.Lock, list[int]]] = {}
-
-    @asynccontextmanager
-    async def hold(self, session_dir: str) -> AsyncIterator[None]:
-        """Hold the lock of the session in ``session_dir``."""
-        entry = self._locks.get(session_dir)
-        if entry is None:
-            entry = self._locks[session_dir] = (anyio.Lock(), [0])
-        entry[1][0] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1][0] -= 1
-            if not entry[1][0]:
-                del self._locks[session_dir]
+    __slots__ = ()
 
 
 def _mkdirs(paths: Paths) -> list[str]:
