@@ -27,6 +27,7 @@ from storage.message import AgentMessage, ChatKey, ChatMessage
 from storage.protocol import AsyncContextMixin
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
+from tests.cli.helpers import run
 from tests.paths import REPO
 
 DATA = REPO / "examples" / "data"
@@ -46,12 +47,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHATLAYERS_PII_SECRET", SECRET)
     monkeypatch.delenv("CHATLAYERS_URL", raising=False)
     monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

@@ -27,6 +27,7 @@ from storage.errors import ConfigError
 from storage.layers.summarizing.header import framed
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.sqlite import SQLiteChatStorage
+from tests.cli.helpers import run
 
 SECRET = "test-secret-0123456789abcdef"
 DAY = timedelta(days=1)
@@ -38,12 +39,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHATLAYERS_PII_SECRET", SECRET)
     monkeypatch.delenv("CHATLAYERS_URL", raising=False)
     monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

@@ -10,9 +10,8 @@ import pytest
 from storage.cli import main
 from storage.eval.diff import first_difference
 from storage.message import ChatMessage
-from tests.paths import REPO
+from tests.cli.helpers import few, run
 
-TAU = REPO / "examples" / "data" / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
 TOKENS = "summarize?trigger_tokens=3000::memory://"
 PAIRS = "summarize?trigger_at=6::memory://"
 
@@ -23,18 +22,6 @@ def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
     monkeypatch.setenv("CHATLAYERS_PII_SECRET", "diff-tests")
     monkeypatch.chdir(tmp_path)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def few(tmp_path: Path, count: int = 6) -> Path:
-    path = tmp_path / "few.openai.jsonl"
-    path.write_text("\n".join(TAU.read_text().splitlines()[:count]) + "\n")
-    return path
 
 
 def test_two_budgets_differ_with_the_eval_measures_figures(

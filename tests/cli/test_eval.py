@@ -9,11 +9,8 @@ from typing import Any
 
 import pytest
 
-from storage.cli import main
 from storage.eval.measure import DEFAULT_EVAL_URLS
-from tests.paths import REPO
-
-TAU = REPO / "examples" / "data" / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
+from tests.cli.helpers import TAU, few, run
 
 
 @pytest.fixture(autouse=True)
@@ -21,18 +18,6 @@ def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("CHATLAYERS_URL", raising=False)
     monkeypatch.delenv("CHATLAYERS_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def few(tmp_path: Path, count: int = 6) -> Path:
-    path = tmp_path / "few.openai.jsonl"
-    path.write_text("\n".join(TAU.read_text().splitlines()[:count]) + "\n")
-    return path
 
 
 def check_consistent(figures: dict[str, Any], conversations: int) -> None:
