@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TypeVar
 
-from storage.abilities import SearchableStorage, SessionInfo, SessionListing, find_ability
+from storage.abilities import (
+    Abilities,
+    SearchableStorage,
+    SessionInfo,
+    SessionListing,
+    find_ability,
+)
 from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
@@ -28,17 +34,24 @@ def require_ability(stack: Stack, ability: type[A], what: str, method: str) -> A
     if found is None:
         lines = describe_lines(stack)
         missing = [
-            line
+            f"{line} {_why_not(component, ability)}"
             for line, component in zip(lines, stack.components(), strict=False)
             if not isinstance(component, ability)
         ]
-        hidden = "Encrypting" in " ".join(missing)
-        why = " (an encrypting layer hides reads of stored text: it holds ciphertext)"
         raise ConfigError(
             f"{what} needs {ability.__name__}.{method}(), which this stack does not offer: "
-            f"{'; '.join(missing) or lines[-1]} does not{why if hidden else ''}"
+            f"{'; '.join(missing) or lines[-1] + ' does not implement it'}"
         )
     return found
+
+
+def _why_not(component: object, ability: type) -> str:
+    """Why ``component`` lacks ``ability``: a layer's declaration says whether it hides it on
+    purpose (an encrypting layer cannot search ciphertext)."""
+    declared = getattr(type(component), "abilities", None)
+    if isinstance(declared, Abilities) and declared.offers(ability) is False:
+        return "hides it (its declaration: it cannot offer it over what it stores)"
+    return "does not implement it"
 
 
 def _time(value: object) -> str:
