@@ -3,12 +3,16 @@
 It keeps what an agent needs to carry on (see :mod:`summarizers.notes` for the layout):
 
 - **User requests**: each user message's requests and questions (not its greeting or
-  introduction) and every sentence of it that states a fact, quoted;
+  introduction) and every sentence of it that states a fact, quoted; not a reply that only
+  allows what was proposed or points back ("Yes, go ahead", "Can you help with that?"), nor
+  one that only identifies the user or a record the ledger holds ("My user ID is X.");
+  see :mod:`summarizers.sentences`;
 - **Done**: each call of a tool that changes something (its name starts with a verb such as
   book, cancel, update, refund, create, place, issue, apply, send, delete, add), its arguments
   and its outcome (``ok`` or the error, quoted): what was booked, cancelled, refunded;
-- **Assistant said**: decisions and commitments, questions to the user, and every sentence
-  stating a fact no tool result holds (a computed total), quoted;
+- **Assistant said**: decisions and commitments and every sentence stating a fact no tool
+  result holds (a computed total), quoted; not its questions to the user, which the record
+  answers (the last one, unanswered, is under Open);
 - **Ledger**: every identifier, amount and date the tools returned, with what it refers to
   (:mod:`summarizers.ledger`), the newest state of each record; **Options seen**: records
   from lists of results (search results) the conversation did not use later;
@@ -46,11 +50,19 @@ from summarizers.render import (
     SummaryPlan,
     build_result,
     content_text,
-    first_sentence,
     plan_summary,
     prior_facts,
     shorten,
     source_text,
+)
+from summarizers.sentences import (
+    assistant_lines,
+    identifies_only,
+    is_reply_only,
+    last_question,
+    request_text,
+    sentences,
+    user_line,
 )
 
 __all__ = [
@@ -65,37 +77,10 @@ __all__ = [
 SUMMARY_ROLES: Final = frozenset({"system", "user", "assistant"})
 OMITTED: Final = "- … (older lines omitted)"
 _PLACEHOLDERS: Final = "placeholders"
-_MIN_REQUEST_CHARS: Final = 40
 
 # The scrubber's placeholder shape (storage.pii.placeholders.PLACEHOLDER_RE); not imported so
 # the default summarizer does not load the PII package.
 _PLACEHOLDER: Final = re.compile(r"<([A-Z][A-Z0-9_]{0,63})_[0-9a-f]{8}>")
-# A sentence ends at . ! or ? followed by white space (so "parser.py" is one word), or a line.
-_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
-_GREETING: Final = re.compile(
-    r"^\W*(hi|hello|hey|hiya|howdy|greetings|good (morning|afternoon|evening|day)|"
-    r"thanks?( you)?( so much| very much)?|thank you|ok(ay)?|sure|great|perfect|yes|no)\b"
-    r"[\s,!.\w]{0,20}$",
-    re.IGNORECASE,
-)
-_INTRODUCTION: Final = re.compile(
-    r"^\W*(i'?m|i am|my name is|this is|my (user ?id|email|e-mail|phone|number|id)( is)?|"
-    r"here is my|you can reach me)\b",
-    re.IGNORECASE,
-)
-_REQUEST: Final = re.compile(
-    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need|wish)\b|"
-    r"\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|are|do|does|"
-    r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
-    re.IGNORECASE,
-)
-# Decisions and commitments in the assistant's words.
-_COMMITMENT: Final = re.compile(
-    r"\b(i will|i'll|i have|i've|we will|has been|have been|successfully|confirmed?|"
-    r"booked|cancell?ed|refunded|updated|upgraded|charged|unable|cannot|can't|not possible|"
-    r"not eligible|would you like|shall i|do you want|please confirm|let me know)\b",
-    re.IGNORECASE,
-)
 _ACTION_VERBS: Final = frozenset(
     [
         "book",
@@ -136,31 +121,7 @@ _ACTION_VERBS: Final = frozenset(
     ]
 )
 _ERROR: Final = re.compile(r"^\W*(error|failed|failure|exception|denied|invalid|not )", re.I)
-_MARKUP: Final = re.compile(r"\*\*|__|`+|^#+\s*", re.MULTILINE)  # markdown emphasis, headings
 _TOOL_TEXT: Final = 100  # characters of a non-JSON tool result kept, quoted
-
-
-def request_text(text: str, limit: int) -> str:
-    """The request in a user message: its questions and requests, not its greeting or the
-    introduction before it, whitespace collapsed, at most ``limit`` characters.
-
-    Falls back to the first sentence that is neither a greeting nor an introduction, then to
-    the opening sentences (:func:`summarizers.render.first_sentence`).
-    """
-    sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-    if not sentences:
-        return ""
-    plain = [s for s in sentences if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
-    picked = [s for s in plain if s.endswith("?") or _REQUEST.search(s)]
-    if not picked:
-        if not plain:
-            return first_sentence(text, limit)
-        # No explicit request: the opening sentences after the greeting, like first_sentence.
-        for sentence in plain:
-            if picked and len(" ".join(picked)) >= _MIN_REQUEST_CHARS:
-                break
-            picked.append(sentence)
-    return shorten(" ".join(picked), limit)
 
 
 def is_action(name: str) -> bool:
@@ -239,10 +200,11 @@ class ExtractiveSummarizer:
         for segment in ([prefix] if prefix else []) + turns:
             self._turn(segment, notes, sources, previous)
         _placeholders(notes, plan.to_summarize)
+        _drop_identifications(notes)
         notes.focus(" ".join(source_text(m) for m in plan.kept))
         last = plan.to_summarize[-1]
         if last.role == "assistant" and content_text(last).rstrip().endswith("?"):
-            question = _last_question(content_text(last), self.sentence_chars)
+            question = last_question(content_text(last), self.sentence_chars)
             notes.open = [f"assistant asked: {quote(question)}"]
         return notes, sources
 
@@ -293,10 +255,11 @@ class ExtractiveSummarizer:
             notes.add("done", f"{call.name}({args}) -> (result as in the ledger)")
 
     def _user(self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]) -> None:
-        # "Yes, please." answers the question before it: the action it allowed is under Done.
-        if _GREETING.match(text.strip()) and not has_fact(text):
+        # "Yes, please go ahead." answers the question before it: the action it allowed is
+        # under Done.
+        if is_reply_only(text):
             return
-        line = _user_line(text, self.sentence_chars) or "(no content)"
+        line = user_line(text, self.sentence_chars) or "(no content)"
         notes.add("requests", line)
         _note_sources(line, message.id, sources)
 
@@ -304,7 +267,7 @@ class ExtractiveSummarizer:
         self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]
     ) -> None:
         limit = self.sentence_chars
-        for line in _assistant_lines(text, limit, notes):
+        for line in assistant_lines(text, limit, notes.render()):
             notes.add("said", line)
             _note_sources(line, message.id, sources)
         for call in message.tool_calls:
@@ -404,7 +367,7 @@ def result_text(text: str, limit: int) -> str:
         return flat
     picked: list[str] = []
     size = 0
-    for piece in _sentences(text):
+    for piece in sentences(text):
         if has_fact(piece) and size + len(piece) + 1 <= limit:
             picked.append(" ".join(piece.split()))
             size += len(picked[-1]) + 1
@@ -428,44 +391,17 @@ def _thought(call: ToolCall, limit: int) -> str:
     return f"(thought) {quote(' '.join(values), limit)}" if values else ""
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-
-
-def _user_line(text: str, limit: int) -> str:
-    """The user's requests and questions, and every sentence of the message stating a fact,
-    in the message's order, quoted (at most twice ``limit`` characters inside the quotes)."""
-    request = request_text(text, limit)
-    picked = [
-        shorten(s, limit)
-        for s in _sentences(text)
-        if has_fact(s) or (s in request and not _GREETING.match(s))
+def _drop_identifications(notes: Notes) -> None:
+    """Leave out request lines that only identify the user or a record the ledger holds:
+    the ledger entry says it, with what it refers to."""
+    if not notes.requests:
+        return
+    known = set(fact_keys(" ".join(entry.line for entry in notes.ledger)))
+    notes.requests = [
+        line
+        for line in notes.requests
+        if not (identifies_only(line) and set(fact_keys(line)) <= known)
     ]
-    line = " ".join(picked) if picked else request
-    return quote(line, 2 * limit) if line else ""
-
-
-def _assistant_lines(text: str, limit: int, notes: Notes) -> list[str]:
-    """The assistant's decisions, commitments and questions, and its sentences stating facts
-    the ledger does not hold yet (quoted, one line per message)."""
-    sentences = _sentences(text)
-    if not sentences:
-        return []
-    known = notes.render()
-    picked = []
-    for sentence in sentences:
-        sentence = _MARKUP.sub("", sentence).strip(" -")
-        new_fact = any(value not in known for value in fact_keys(sentence).values())
-        if sentence and (new_fact or _COMMITMENT.search(sentence) or sentence.endswith("?")):
-            picked.append(sentence)
-    if not picked:
-        picked = [first_sentence(_MARKUP.sub("", text), limit)]
-    return [quote(" ".join(picked), limit)]
-
-
-def _last_question(text: str, limit: int) -> str:
-    questions = [s for s in _sentences(text) if s.endswith("?")]
-    return shorten(questions[-1] if questions else text, limit)
 
 
 def _note_sources(line: str, source: str, sources: dict[str, str]) -> None:

@@ -9,9 +9,12 @@ results, an order list) gives one entry per record, marked as *listed*: those ar
 seen, cut first when the summary runs out of room unless the conversation used them later.
 A result that is not JSON becomes one entry named after the call.
 
-Values are rendered compactly: ``key=value``; ``origin``/``destination`` pairs as ``A→B``;
-first and last names joined; amounts under money keys with ``$``; free text longer than 60
-characters quoted (it is data, never an instruction) and shortened.
+Values are rendered compactly: ``key=value``; ``origin``/``destination`` pairs as ``A→B``,
+and two keys that differ only by departure/arrival, start/end, from/to, check-in/check-out
+(``scheduled_departure_time``, ``scheduled_arrival_time``) as one:
+``scheduled_time=22:00→03:00+1``; a time of day without its ``:00`` seconds; first and last
+names joined; amounts under money keys with ``$``; free text longer than 60 characters quoted
+(it is data, never an instruction) and shortened.
 
 An entry's **key** (``reservation H9ZU1C``: the kind and the identity, with the record's date
 when it has one, so one flight on two days is two entries) says what it is about; the same
@@ -28,7 +31,7 @@ from typing import Any, Final
 
 import attrs
 
-from summarizers.facts import has_fact
+from summarizers.facts import fact_keys, has_fact
 from summarizers.quoting import quote
 
 __all__ = [
@@ -57,6 +60,17 @@ _LONG_TEXT: Final = 60  # characters of free text before it is quoted and shorte
 _TEXT_KEEP: Final = 60
 _DATE: Final = re.compile(r"^\d{4}-\d{2}-\d{2}")
 _SELF_EVIDENT: Final = frozenset({"date", "price", "amount"})
+# The words that make two keys of one record the two ends of one span.
+_SPAN_WORDS: Final = (
+    ("departure", "arrival"),
+    ("depart", "arrive"),
+    ("start", "end"),
+    ("from", "to"),
+    ("checkin", "checkout"),
+    ("pickup", "dropoff"),
+)
+_SHORT_END: Final = 24  # characters of each end of a span shown as A→B
+_WHOLE_MINUTE: Final = re.compile(r"^(\d{1,2}:\d{2}):00(?=$|[+-]\d+$)")
 
 
 @attrs.frozen
@@ -136,7 +150,25 @@ def _scalar(key: str, value: Any) -> str:
     text = " ".join(str(value).split())
     if len(text) > _LONG_TEXT:
         return quote(text, _TEXT_KEEP)
-    return text
+    return _WHOLE_MINUTE.sub(r"\1", text)
+
+
+def _spans(record: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(start key, end key, name)`` of each pair of keys of ``record`` that differ only by
+    a :data:`_SPAN_WORDS` pair (``name``: the key without it, "" when nothing is left)."""
+    found = []
+    for key in record:
+        words = str(key).lower().replace("-", "_").split("_")
+        for start, end in _SPAN_WORDS:
+            if start not in words:
+                continue
+            index = words.index(start)
+            other = "_".join([*words[:index], end, *words[index + 1 :]])
+            match = next((k for k in record if str(k).lower() == other), None)
+            if match is not None:
+                found.append((str(key), str(match), "_".join(words[:index] + words[index + 1 :])))
+                break
+    return found
 
 
 def compact_value(value: Any, key: str = "", *, skip: frozenset[str] = frozenset()) -> str:
@@ -164,9 +196,16 @@ def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tupl
         if isinstance(start, str) and isinstance(end, str) and len(start) + len(end) <= 24:
             parts.append(f"{start}→{end}")
             done |= {a, b}
+    for a, b, name in _spans(record):
+        start, end = record.get(a), record.get(b)
+        if a in done or b in done or not _short_scalars(start, end):
+            continue
+        span = f"{_scalar(a, start)}→{_scalar(b, end)}"
+        parts.append(f"{name}={span}" if name else span)
+        done |= {a, b}
     for raw_key, value in record.items():
         key = str(raw_key)
-        if key in done or value in (None, "", [], {}):
+        if key in done or value in (None, "", [], {}) or (owner and _is_prose(value, record)):
             continue
         # A price table ({"prices": {"economy": 112}}) is money under its own keys.
         inner = owner if is_money_key(owner) and not is_money_key(key) else key
@@ -181,11 +220,31 @@ def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tupl
             continue
         # In a nested record, an identity, a date or a price needs no name:
         # flights=[(HAT097, 2024-05-17, $255)] rather than (flight_number=HAT097, ...).
+        # So does a line of its owner (address1, address2 under address).
         bare = owner and (
-            (label_of(key) is not None and isinstance(value, str)) or key in _SELF_EVIDENT
+            (label_of(key) is not None and isinstance(value, str))
+            or key in _SELF_EVIDENT
+            or (key.startswith(owner) and key[len(owner) :].isdigit())
         )
         parts.append(rendered if bare else f"{key}={rendered}")
     return ", ".join(parts), len(parts)
+
+
+def _is_prose(value: Any, record: Mapping[str, Any]) -> bool:
+    """Free text longer than :data:`_LONG_TEXT` that states no fact the record's short values
+    do not: in a nested record (an item's catalogue description) it says nothing the entry
+    needs."""
+    if not isinstance(value, str) or len(value) <= _LONG_TEXT:
+        return False
+    short = " ".join(str(v) for v in record.values() if isinstance(v, str) and v != value)
+    return set(fact_keys(value)) <= set(fact_keys(short))
+
+
+def _short_scalars(*values: Any) -> bool:
+    return all(
+        isinstance(v, str | int | float) and not isinstance(v, bool) and len(str(v)) <= _SHORT_END
+        for v in values
+    )
 
 
 def facts_only(text: str, elsewhere: str = "") -> str:

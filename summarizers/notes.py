@@ -120,8 +120,7 @@ class Notes:
         if line and line not in lines:
             lines.append(line)
             if section == "said" and len(lines) > SAID_LINES:
-                del lines[0]
-                self.omitted = True
+                del lines[0]  # by design: the ledger holds the facts, not "older lines omitted"
 
     def add_entries(self, entries: Sequence[Entry]) -> None:
         """Merge ledger entries: options into options, the rest into the ledger; an option that

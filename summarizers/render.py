@@ -30,6 +30,7 @@ __all__ = [
     "build_result",
     "content_text",
     "first_sentence",
+    "parse_summary",
     "plan_summary",
     "prior_facts",
     "render_message",
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 SUMMARY_HEADING: Final = "Summary of the earlier conversation:"
+"""The line older summaries opened their body with; still removed when a prior summary is
+parsed. The summarizing layer frames every summary in a view (``FRAME`` of
+:mod:`storage.layers.summarizing.header`), so a body no longer repeats it."""
 _SEPARATOR: Final = "\n\n"
 _ELLIPSIS: Final = "…"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")  # a sentence or a line ends
@@ -86,7 +90,7 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
     prior_id = ""
     rest = list(buffer)
     if rest and rest[0].is_summary:
-        system_prompt, prior_text, prior_count = _parse_summary(rest[0])
+        system_prompt, prior_text, prior_count = parse_summary(rest[0])
         marker = rest[0].metadata.get("chatlayers")
         prior_meta = marker if isinstance(marker, Mapping) else {}
         prior_id = rest[0].id
@@ -111,8 +115,10 @@ def plan_summary(buffer: Sequence[ChatMessage], keep_last: int) -> SummaryPlan |
     )
 
 
-def _parse_summary(summary: ChatMessage) -> tuple[str, str, int]:
-    """(system prompt, body, messages covered) of a prior summary, made by us or anyone else."""
+def parse_summary(summary: ChatMessage) -> tuple[str, str, int]:
+    """``(system prompt, body, messages covered)`` of a summary message, made by us or anyone
+    else: the prompt split off by ``metadata["chatlayers"]["system_chars"]``, the body without
+    an older summary's :data:`SUMMARY_HEADING`, the count from ``summarized`` (0 if absent)."""
     marker = summary.metadata.get("chatlayers")
     meta: Mapping[str, Any] = marker if isinstance(marker, Mapping) else {}
     text = content_text(summary)
@@ -138,10 +144,11 @@ def build_result(
 ) -> list[ChatMessage]:
     """The new buffer: one summary message, then the kept turns verbatim.
 
-    The summary's text is the system prompt (if any), then :data:`SUMMARY_HEADING` and
-    ``body``. Its metadata ``{"chatlayers": {...}}`` holds ``summary: True``, ``summarizer``
-    (its name), ``summarized`` (raw messages covered, all rounds), ``last_id`` (id of the newest
-    summarized message), ``system_chars`` (length of the kept system prompt, when there is one),
+    The summary's text is the system prompt (if any), then ``body`` (the view frames it as
+    a summary). Its metadata ``{"chatlayers": {...}}`` holds ``summary: True``,
+    ``summarizer`` (its name), ``summarized`` (raw messages covered, all rounds), ``last_id``
+    (id of the newest summarized message), ``system_chars`` (length of the kept system
+    prompt, when there is one),
     ``sources`` and ``extra``. ``sources`` grounds the summary: ``covers``, the ids of the
     messages it covers (all rounds, oldest first: the prior summary's, then this round's), and
     ``facts``, each fact the body states mapped to the id of the message it came from (given
@@ -150,7 +157,7 @@ def build_result(
     inputs give equal results.
     """
     head = plan.system_prompt + _SEPARATOR if plan.system_prompt else ""
-    text = f"{head}{SUMMARY_HEADING}\n{body}"
+    text = f"{head}{body}"
     last = plan.to_summarize[-1]
     meta: dict[str, Any] = {
         "summary": True,

@@ -100,3 +100,39 @@ def test_parse_json_only_for_objects_and_arrays() -> None:
     assert parse_json("[1]") == [1]
     for text in ("12.0", "", "Error: x", "{broken", "[" * 100_000):
         assert parse_json(text) is None
+
+
+def test_the_two_ends_of_a_span_are_one_part_and_times_drop_zero_seconds() -> None:
+    flight = {
+        "flight_number": "HAT039",
+        "origin": "ATL",
+        "destination": "SEA",
+        "scheduled_departure_time_est": "22:00:00",
+        "scheduled_arrival_time_est": "03:00:00+1",
+        "start_date": "2024-05-01",
+        "end_date": "2024-05-05",
+        "boarding": "21:15:30",
+    }
+    assert compact_value(flight) == (
+        "ATL→SEA, scheduled_time_est=22:00→03:00+1, date=2024-05-01→2024-05-05, "
+        "flight_number=HAT039, boarding=21:15:30"
+    )
+    # Only two keys that differ by the pair's words; a long end stays as it was.
+    assert compact_value({"start": "x" * 30, "end": "y"}) == f"start={'x' * 30}, end=y"
+    assert compact_value({"departure_gate": "B2"}) == "departure_gate=B2"
+
+
+def test_nested_lines_of_an_owner_need_no_name_and_nested_prose_goes() -> None:
+    description = "Daypack 28 l. Designed for multi-day trips in changing weather, field-tested."
+    order = {
+        "order_id": "ORD-1",
+        "address": {"address1": "975 Sunset Drive", "address2": "Suite 217", "zip": "78750"},
+        "items": [{"sku": "SKU-1", "name": "Daypack 28 l", "description": description}],
+        "note": "Leave the parcel with the neighbour at number 12 if nobody opens the door.",
+    }
+    (entry,) = json_entries(order, "get_order", "m1") or []
+    assert "address=(975 Sunset Drive, Suite 217, zip=78750)" in entry.text
+    assert "items=[(SKU-1, name=Daypack 28 l)]" in entry.text  # the description said no more
+    assert 'note="Leave the parcel' in entry.text  # top-level free text stays, quoted
+    with_fact = {"sku": "SKU-2", "description": "Fits a 15-inch laptop; ships 2024-06-01 " * 2}
+    assert "2024-06-01" in compact_value({"items": [with_fact]})

@@ -25,7 +25,6 @@ from storage.history import validate_history
 from storage.message import ChatMessage, ToolCall
 from summarizers import LiteLLMSummarizer
 from summarizers.llm import fit_to_budget
-from summarizers.render import SUMMARY_HEADING
 from summarizers.tokens import get_encoding
 from tests.paths import REPO
 from tests.summarizers.test_render import (
@@ -143,7 +142,7 @@ async def test_only_prior_summary_and_unsummarized_messages_are_sent(
     assert request["messages"][0]["content"] == summarize.instructions
 
     check_result(buffer, result, 2)
-    assert result[0].text == f"{SYSTEM}\n\n{SUMMARY_HEADING}\nSECOND SUMMARY"
+    assert result[0].text == f"{SYSTEM}\n\nSECOND SUMMARY"
     meta = result[0].metadata["chatlayers"]
     assert (meta["summarizer"], meta["model"], meta["summarized"]) == ("litellm", "gpt-4o-mini", 16)
 

@@ -197,7 +197,7 @@ def test_build_result_keeps_system_prompt_and_records_what_it_covers() -> None:
     result = build_result(plan, "BODY", role="user", summarizer="x", extra={"model": "m"})
     summary = result[0]
     assert summary.role == "user"
-    assert summary.text == f"{SYSTEM}\n\n{SUMMARY_HEADING}\nBODY"
+    assert summary.text == f"{SYSTEM}\n\nBODY"
     meta = dict(summary.metadata["chatlayers"])
     sources = meta.pop("sources")
     assert meta == {

@@ -15,7 +15,7 @@ from storage import open_storage
 from storage.errors import ConfigError
 from storage.history import check_tool_pairs
 from storage.layers.summarizing import SummarizingChatStorage
-from storage.layers.summarizing.header import SEPARATOR
+from storage.layers.summarizing.header import FRAME, SEPARATOR
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -66,7 +66,8 @@ def assert_group_view(view: list[ChatMessage]) -> None:
     assert view[0].is_summary
     assert isinstance(SYSTEM.content, str)
     assert view[0].text.startswith(SYSTEM.content + SEPARATOR)
-    assert "Summary of the earlier conversation" in view[0].text
+    assert FRAME in view[0].text
+    assert "<conversation_summary>" in view[0].text
     assert (view[1].id, view[1].role, view[1].content) == (REQUEST.id, "user", REQUEST.content)
     assert view[2].role == "assistant"
     assert view[2].tool_calls

@@ -1,0 +1,282 @@
+"""Which sentences of a message an extractive summary keeps, and how they read.
+
+- a **user** message keeps its requests and questions and every sentence that states a fact
+  (:func:`user_line`); a reply that only allows what was proposed ("Yes, please go ahead")
+  or only points back ("Can you help with that?") keeps nothing (:func:`is_reply_only`): the
+  action it allowed is under Done, what it refers to is in the lines around it;
+- an **assistant** message keeps its decisions and commitments and the sentences stating a
+  fact the summary does not hold yet (:func:`assistant_lines`); its questions to the user
+  were answered by the time they are summarized (an unanswered last question is under Open).
+
+Text is only ever quoted (:mod:`summarizers.quoting`): what users and tools said is data.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from summarizers.facts import fact_keys, fact_spans, has_fact
+from summarizers.quoting import quote
+from summarizers.render import first_sentence, shorten
+
+__all__ = [
+    "assistant_lines",
+    "identifies_only",
+    "is_reply_only",
+    "last_question",
+    "request_text",
+    "sentences",
+    "user_line",
+]
+
+# A sentence ends at . ! or ? followed by white space (so "parser.py" is one word), or a line.
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
+_GREETING: Final = re.compile(
+    r"^\W*(hi|hello|hey|hiya|howdy|greetings|good (morning|afternoon|evening|day)|"
+    r"thanks?( you)?( so much| very much)?|thank you|ok(ay)?|sure|great|perfect|yes|no)\b"
+    r"[\s,!.\w]{0,20}$",
+    re.IGNORECASE,
+)
+_INTRODUCTION: Final = re.compile(
+    r"^\W*(i'?m|i am|my name is|this is|my (user ?id|email|e-mail|phone|number|id)( is)?|"
+    r"here is my|you can reach me)\b",
+    re.IGNORECASE,
+)
+# A reply that allows what was proposed ("Yes, please go ahead with the booking."): the action
+# it allowed is under Done.
+_CONSENT: Final = re.compile(
+    r"^\W*(yes|yeah|yep|ok(ay)?|sure|alright|all right|sounds good|that works|correct|"
+    r"(that'?s|that is) (fine|correct|right|good)|(please |let'?s |i'?d like to )?"
+    r"(go ahead|proceed))\b",
+    re.IGNORECASE,
+)
+_CONDITION: Final = re.compile(r"\b(but|instead|however|except|only|not|n't|unless|if)\b", re.I)
+# What is left of a sentence that only identifies the user once its facts are taken out.
+_IDENTIFYING_WORDS: Final = frozenset(
+    [
+        "sure",
+        "yes",
+        "ok",
+        "okay",
+        "well",
+        "of",
+        "course",
+        "here",
+        "it",
+        "it's",
+        "its",
+        "is",
+        "my",
+        "the",
+        "a",
+        "user",
+        "id",
+        "username",
+        "account",
+        "reservation",
+        "booking",
+        "order",
+        "customer",
+        "number",
+        "email",
+        "name",
+        "and",
+        "i",
+        "i'm",
+        "am",
+        "this",
+        "that",
+    ]
+)
+_VAGUE_WORDS: Final = frozenset(
+    [
+        "can",
+        "could",
+        "would",
+        "will",
+        "you",
+        "we",
+        "i",
+        "me",
+        "us",
+        "please",
+        "help",
+        "assist",
+        "with",
+        "that",
+        "this",
+        "it",
+        "those",
+        "them",
+        "does",
+        "do",
+        "did",
+        "is",
+        "are",
+        "be",
+        "done",
+        "anything",
+        "something",
+        "there",
+        "any",
+        "way",
+        "what",
+        "else",
+        "how",
+        "about",
+        "also",
+        "then",
+        "now",
+        "so",
+        "well",
+        "ok",
+        "okay",
+        "got",
+        "in",
+        "the",
+        "meantime",
+        "to",
+        "move",
+        "forward",
+        "proceed",
+        "go",
+        "ahead",
+        "check",
+        "into",
+        "look",
+        "work",
+        "works",
+        "thanks",
+        "thank",
+        "for",
+    ]
+)
+_REQUEST: Final = re.compile(
+    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need|wish)\b|"
+    r"\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|are|do|does|"
+    r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
+    re.IGNORECASE,
+)
+# Decisions and commitments in the assistant's words.
+_COMMITMENT: Final = re.compile(
+    r"\b((i will|i'll)(?! need| be (here|happy|glad|ready))|i have|i've|we will|has been|"
+    r"have been|successfully|confirmed?|"
+    r"booked|cancell?ed|refunded|updated|upgraded|charged|unable|cannot|can't|not possible|"
+    r"not eligible)\b",
+    re.IGNORECASE,
+)
+# The assistant asking the user: answered by the time it is summarized (the user's reply is in
+# the record; an unanswered last question is under Open).
+_ASKS: Final = re.compile(
+    r"\b(would you like|shall i|do you want|please (confirm|provide|let me know)|let me know)\b",
+    re.IGNORECASE,
+)
+_MARKUP: Final = re.compile(r"\*\*|__|`+|^#+\s*", re.MULTILINE)  # markdown emphasis, headings
+_MIN_REQUEST_CHARS: Final = 40
+
+
+def request_text(text: str, limit: int) -> str:
+    """The request in a user message: its questions and requests, not its greeting or the
+    introduction before it, whitespace collapsed, at most ``limit`` characters.
+
+    Falls back to the first sentence that is neither a greeting nor an introduction, then to
+    the opening sentences (:func:`summarizers.render.first_sentence`).
+    """
+    sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    if not sentences:
+        return ""
+    plain = [s for s in sentences if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
+    picked = [s for s in plain if s.endswith("?") or _REQUEST.search(s)]
+    if not picked:
+        if not plain:
+            return first_sentence(text, limit)
+        # No explicit request: the opening sentences after the greeting, like first_sentence.
+        for sentence in plain:
+            if picked and len(" ".join(picked)) >= _MIN_REQUEST_CHARS:
+                break
+            picked.append(sentence)
+    return shorten(" ".join(picked), limit)
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def user_line(text: str, limit: int) -> str:
+    """The user's requests and questions, and every sentence of the message stating a fact,
+    in the message's order, quoted (at most twice ``limit`` characters inside the quotes)."""
+    request = request_text(text, limit)
+    picked = [
+        shorten(s, limit)
+        for s in sentences(text)
+        if has_fact(s) or (s in request and not _GREETING.match(s) and not is_vague(s))
+    ]
+    line = " ".join(picked) if picked else request
+    return quote(line, 2 * limit) if line else ""
+
+
+def is_vague(sentence: str) -> bool:
+    """A sentence that only points back ("Can you help with that?", "Does that work?"): no
+    fact, and no word but :data:`_VAGUE_WORDS`."""
+    if has_fact(sentence):
+        return False
+    words = re.findall(r"[a-z']+", sentence.lower().replace("\u2019", "'"))
+    return bool(words) and all(word in _VAGUE_WORDS for word in words)
+
+
+def is_consent(sentence: str) -> bool:
+    """A greeting or thanks, or a reply allowing what was proposed, with no question or
+    condition in it."""
+    if _GREETING.match(sentence):
+        return True
+    return bool(_CONSENT.match(sentence)) and not (
+        sentence.endswith("?") or _CONDITION.search(sentence)
+    )
+
+
+def identifies_only(line: str) -> bool:
+    """Whether a request line (quoted) only tells who the user is or which record they mean
+    ("Sure, my user ID is mia_li_3668."): each sentence states a fact and, without its
+    facts, has only words like my, user, id, is."""
+    found = sentences(line.strip('"'))
+    for sentence in found:
+        spans = list(fact_spans(sentence))
+        if not spans:
+            return False
+        rest = sentence
+        for _, start, end in reversed(spans):
+            rest = rest[:start] + " " + rest[end:]
+        words = re.findall(r"[a-z']+", rest.lower().replace("\u2019", "'"))
+        if any(word not in _IDENTIFYING_WORDS for word in words):
+            return False
+    return bool(found)
+
+
+def assistant_lines(text: str, limit: int, known: str) -> list[str]:
+    """The assistant's decisions and commitments, and its sentences stating facts ``known``
+    (the summary so far) does not hold, quoted, as one line (or none). Its questions to the
+    user are left out unless they state such a fact: the reply follows in the record (the
+    last question, still open, is under Open). A message with neither (a greeting, "I can
+    help with that.") gives no line."""
+    plain = [_MARKUP.sub("", s).strip(" -") for s in sentences(text)]
+    plain = [s for s in plain if s]
+    picked = []
+    for sentence in plain:
+        new_fact = any(value not in known for value in fact_keys(sentence).values())
+        asking = sentence.endswith("?") or bool(_ASKS.search(sentence))
+        if new_fact or (_COMMITMENT.search(sentence) and not asking):
+            picked.append(sentence)
+    return [quote(" ".join(picked), limit)] if picked else []
+
+
+def last_question(text: str, limit: int) -> str:
+    questions = [s for s in sentences(text) if s.endswith("?")]
+    return shorten(questions[-1] if questions else text, limit)
+
+
+def is_reply_only(text: str) -> bool:
+    """Whether a user message only replies: it has sentences, states no fact, and each is a
+    greeting, a consent (:func:`is_consent`) or vague (:func:`is_vague`)."""
+    found = sentences(text)
+    return bool(found) and not has_fact(text) and all(is_consent(s) or is_vague(s) for s in found)
