@@ -267,7 +267,8 @@ class ExtractiveSummarizer:
         self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]
     ) -> None:
         limit = self.sentence_chars
-        for line in assistant_lines(text, limit, notes.render()):
+        # Rendering the notes costs: not for a message of tool calls only.
+        for line in assistant_lines(text, limit, notes.render()) if text.strip() else []:
             notes.add("said", line)
             _note_sources(line, message.id, sources)
         for call in message.tool_calls:

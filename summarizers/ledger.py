@@ -157,16 +157,16 @@ def _spans(record: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """``(start key, end key, name)`` of each pair of keys of ``record`` that differ only by
     a :data:`_SPAN_WORDS` pair (``name``: the key without it, "" when nothing is left)."""
     found = []
-    for key in record:
-        words = str(key).lower().replace("-", "_").split("_")
+    by_name = {str(key).lower(): str(key) for key in record}
+    for name, key in by_name.items():
+        words = name.replace("-", "_").split("_")
         for start, end in _SPAN_WORDS:
             if start not in words:
                 continue
             index = words.index(start)
-            other = "_".join([*words[:index], end, *words[index + 1 :]])
-            match = next((k for k in record if str(k).lower() == other), None)
+            match = by_name.get("_".join([*words[:index], end, *words[index + 1 :]]))
             if match is not None:
-                found.append((str(key), str(match), "_".join(words[:index] + words[index + 1 :])))
+                found.append((key, match, "_".join([*words[:index], *words[index + 1 :]])))
                 break
     return found
 

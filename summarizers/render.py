@@ -25,6 +25,7 @@ from storage.history import last_turns_start, split_turns
 from storage.message import ChatMessage, ToolCall
 
 __all__ = [
+    "SENTENCE_END",
     "SUMMARY_HEADING",
     "SummaryPlan",
     "build_result",
@@ -45,7 +46,8 @@ parsed. The summarizing layer frames every summary in a view (``FRAME`` of
 :mod:`storage.layers.summarizing.header`), so a body no longer repeats it."""
 _SEPARATOR: Final = "\n\n"
 _ELLIPSIS: Final = "…"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")  # a sentence or a line ends
+# A sentence ends at . ! or ? followed by white space (so "parser.py" is one word), or a line.
+SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
 @attrs.frozen
@@ -258,7 +260,7 @@ def first_sentence(text: str, limit: int, *, min_chars: int = 40) -> str:
     Sentences are added while the result is shorter than ``min_chars``, so a bare "Hi!" is
     followed by what the message is about.
     """
-    sentences = [piece for piece in _SENTENCE_END.split(text.strip()) if piece]
+    sentences = [piece for piece in SENTENCE_END.split(text.strip()) if piece]
     if not sentences:
         return ""
     picked = sentences[0]

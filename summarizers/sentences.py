@@ -18,7 +18,7 @@ from typing import Final
 
 from summarizers.facts import fact_keys, fact_spans, has_fact
 from summarizers.quoting import quote
-from summarizers.render import first_sentence, shorten
+from summarizers.render import SENTENCE_END, first_sentence, shorten
 
 __all__ = [
     "assistant_lines",
@@ -30,8 +30,6 @@ __all__ = [
     "user_line",
 ]
 
-# A sentence ends at . ! or ? followed by white space (so "parser.py" is one word), or a line.
-_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 _GREETING: Final = re.compile(
     r"^\W*(hi|hello|hey|hiya|howdy|greetings|good (morning|afternoon|evening|day)|"
     r"thanks?( you)?( so much| very much)?|thank you|ok(ay)?|sure|great|perfect|yes|no)\b"
@@ -183,10 +181,10 @@ def request_text(text: str, limit: int) -> str:
     Falls back to the first sentence that is neither a greeting nor an introduction, then to
     the opening sentences (:func:`summarizers.render.first_sentence`).
     """
-    sentences = [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-    if not sentences:
+    found = sentences(text)
+    if not found:
         return ""
-    plain = [s for s in sentences if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
+    plain = [s for s in found if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
     picked = [s for s in plain if s.endswith("?") or _REQUEST.search(s)]
     if not picked:
         if not plain:
@@ -200,7 +198,13 @@ def request_text(text: str, limit: int) -> str:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    """The sentences (or lines) of ``text``, stripped, empty ones left out."""
+    return [s.strip() for s in SENTENCE_END.split(text) if s.strip()]
+
+
+def _words(text: str) -> list[str]:
+    """The words of ``text``, lower-cased, apostrophes (also typographic ones) kept."""
+    return re.findall(r"[a-z']+", text.lower().replace("\u2019", "'"))
 
 
 def user_line(text: str, limit: int) -> str:
@@ -221,7 +225,7 @@ def is_vague(sentence: str) -> bool:
     fact, and no word but :data:`_VAGUE_WORDS`."""
     if has_fact(sentence):
         return False
-    words = re.findall(r"[a-z']+", sentence.lower().replace("\u2019", "'"))
+    words = _words(sentence)
     return bool(words) and all(word in _VAGUE_WORDS for word in words)
 
 
@@ -247,8 +251,7 @@ def identifies_only(line: str) -> bool:
         rest = sentence
         for _, start, end in reversed(spans):
             rest = rest[:start] + " " + rest[end:]
-        words = re.findall(r"[a-z']+", rest.lower().replace("\u2019", "'"))
-        if any(word not in _IDENTIFYING_WORDS for word in words):
+        if any(word not in _IDENTIFYING_WORDS for word in _words(rest)):
             return False
     return bool(found)
 

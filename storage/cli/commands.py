@@ -176,13 +176,15 @@ async def conversation_key(
     Raises:
         ConfigError: the session holds no conversation, not that agent, or several users'.
     """
-    listable = find_ability(stack, ListableStorage)
+    keys = None  # listed once, for both
     if agent_id is None:
-        keys = await listable.list_keys(user_id, session_id) if listable is not None else []
-        agents = {k.agent_id for k in keys}
+        listable = find_ability(stack, ListableStorage)
+        keys = await listable.list_keys(user_id, session_id) if listable is not None else None
+        agents = {k.agent_id for k in keys or ()}
         agent_id = agents.pop() if len(agents) == 1 else DEFAULT_AGENT
     if user_id is None:
-        keys = await require_listable(stack).list_keys(None, session_id)
+        if keys is None:
+            keys = await require_listable(stack).list_keys(None, session_id)
         if not keys:
             raise ConfigError(f"no conversation is stored in session {session_id!r}")
         users = sorted({k.user_id for k in keys if k.agent_id == agent_id})
