@@ -109,3 +109,19 @@ async def test_an_identification_the_ledger_does_not_hold_stays() -> None:
     ]
     result = await ExtractiveSummarizer()(history(turn, text_turn("B")), 1)
     assert '"My user ID is mia_li_3668."' in parse_summary(result[0])[1]
+
+
+@pytest.mark.anyio
+async def test_a_checkpoint_of_the_previous_release_merges_section_by_section() -> None:
+    # Stored before the heading left the body: after an upgrade its sections are read as
+    # sections (not kept aside as "Earlier notes"), and the heading is not written again.
+    prior = ChatMessage(
+        "system",
+        'Summary of the earlier conversation:\nUser requests:\n- "Cancel reservation H9ZU1C."',
+        metadata={"chatlayers": {"summary": True, "summarized": 2}},
+    )
+    result = await ExtractiveSummarizer()([prior, *text_turn("A"), *text_turn("B")], 1)
+    body = parse_summary(result[0])[1]
+    assert body.startswith('User requests:\n- "Cancel reservation H9ZU1C."\n- "Question A?"')
+    assert "Summary of the earlier conversation" not in body
+    assert "Earlier notes:" not in body
