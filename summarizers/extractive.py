@@ -56,6 +56,7 @@ from summarizers.render import (
     source_text,
 )
 from summarizers.sentences import (
+    asks_only,
     assistant_lines,
     identifies_only,
     is_reply_only,
@@ -223,7 +224,7 @@ class ExtractiveSummarizer:
                 for call in message.tool_calls:
                     notes.touch(call.arguments, choose=True)
             if message.role == "user":
-                self._user(message, text, notes, sources)
+                self._user(message, text, notes, sources, answered=_answered(turn))
             elif message.role == "assistant":
                 for call in message.tool_calls:
                     pending.setdefault(call.id, []).append(call)
@@ -254,12 +255,22 @@ class ExtractiveSummarizer:
             args = _arguments(call, previous)
             notes.add("done", f"{call.name}({args}) -> (result as in the ledger)")
 
-    def _user(self, message: ChatMessage, text: str, notes: Notes, sources: dict[str, str]) -> None:
+    def _user(
+        self,
+        message: ChatMessage,
+        text: str,
+        notes: Notes,
+        sources: dict[str, str],
+        *,
+        answered: bool,
+    ) -> None:
         # "Yes, please go ahead." answers the question before it: the action it allowed is
         # under Done.
         if is_reply_only(text):
             return
         line = user_line(text, self.sentence_chars) or "(no content)"
+        if answered and asks_only(line):
+            return  # neither a goal nor open: the answer's facts are in the ledger
         notes.add("requests", line)
         _note_sources(line, message.id, sources)
 
@@ -327,6 +338,15 @@ class ExtractiveSummarizer:
             notes.add_entries(entries)
             for entry in entries:
                 _note_sources(entry.line, entry.source, sources)
+
+
+def _answered(turn: Sequence[ChatMessage]) -> bool:
+    """Whether the assistant's last words in ``turn`` (a user message and what followed) are
+    a reply, not a question back."""
+    for message in reversed(turn[1:]):
+        if message.role == "assistant" and content_text(message).strip():
+            return not content_text(message).rstrip().endswith("?")
+    return False
 
 
 def _cleared(message: ChatMessage) -> str | None:

@@ -21,6 +21,7 @@ from summarizers.quoting import quote
 from summarizers.render import SENTENCE_END, first_sentence, shorten
 
 __all__ = [
+    "asks_only",
     "assistant_lines",
     "identifies_only",
     "is_reply_only",
@@ -36,9 +37,13 @@ _GREETING: Final = re.compile(
     r"[\s,!.\w]{0,20}$",
     re.IGNORECASE,
 )
+# "I'm Omar Rossi", "My user ID is ...": who the user is, not what they want ("I'm having
+# trouble with my booking" is not one: after "I'm" / "this is" comes a name, capitalized).
+# Thanks for what was done ("Thank you for helping with that cancellation."): not a request.
+_THANKS: Final = re.compile(r"^\W*(thanks|thank you|i (really )?appreciate)\b", re.IGNORECASE)
 _INTRODUCTION: Final = re.compile(
-    r"^\W*(i'?m|i am|my name is|this is|my (user ?id|email|e-mail|phone|number|id)( is)?|"
-    r"here is my|you can reach me)\b",
+    r"^\W*((i'?m|i am|this is)\s+(?-i:[A-Z])|my name is|"
+    r"my (user ?id|email|e-mail|phone|number|id)( is)?\b|here is my\b|you can reach me\b)",
     re.IGNORECASE,
 )
 # A reply that allows what was proposed ("Yes, please go ahead with the booking."): the action
@@ -148,10 +153,13 @@ _VAGUE_WORDS: Final = frozenset(
         "thanks",
         "thank",
         "for",
+        "information",
+        "request",
     ]
 )
 _REQUEST: Final = re.compile(
-    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need|wish)\b|"
+    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would)( also| really)? like\b|"
+    r"\bi( also| just| still)? (want|need|wish)\b|"
     r"\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|are|do|does|"
     r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
     re.IGNORECASE,
@@ -170,6 +178,22 @@ _ASKS: Final = re.compile(
     r"\b(would you like|shall i|do you want|please (confirm|provide|let me know)|let me know)\b",
     re.IGNORECASE,
 )
+# The assistant announcing a lookup ("I have found your profile.", "I'll check the details.",
+# "Here are the flights:"): not a decision; what it found is in the ledger.
+_LOOKUP: Final = re.compile(
+    r"\b(i have|i've) (now )?(found|retrieved|located|pulled up|checked|looked up|reviewed)\b|"
+    r"\b(i will|i'll|let me) (now |first |quickly )?(check|retrieve|search|look|verify|review|"
+    r"fetch|get|pull)\b|\bonce i have\b|^\W*here (are|is)\b",
+    re.IGNORECASE,
+)
+# A question for information ("How much was ORD-40613 in total?", "Sorry, what was the
+# tracking number again?"): once the assistant answered it, it is neither a goal nor open.
+# "What about reservation XEWRD9?" turns to something new: a request.
+_INFO_QUESTION: Final = re.compile(
+    r"^\W*((sorry|ok(ay)?|and|also|so|btw|by the way),?\s+)?"
+    r"(what(?! about| if)|what's|which|when|where|who|whose|how (much|many|long|far|often))\b",
+    re.IGNORECASE,
+)
 _MARKUP: Final = re.compile(r"\*\*|__|`+|^#+\s*", re.MULTILINE)  # markdown emphasis, headings
 _MIN_REQUEST_CHARS: Final = 40
 
@@ -184,8 +208,12 @@ def request_text(text: str, limit: int) -> str:
     found = sentences(text)
     if not found:
         return ""
-    plain = [s for s in found if not _GREETING.match(s) and not _INTRODUCTION.match(s)]
-    picked = [s for s in plain if s.endswith("?") or _REQUEST.search(s)]
+    plain = [s for s in found if not _is_preamble(s)]
+    # "Can you help with that?" only points back: the sentence it points to is the request.
+    picked = [
+        s for s in plain if (s.endswith("?") or _REQUEST.search(_plain(s))) and not is_vague(s)
+    ]
+    plain = [s for s in plain if not is_vague(s)] or plain
     if not picked:
         if not plain:
             return first_sentence(text, limit)
@@ -202,9 +230,22 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in SENTENCE_END.split(text) if s.strip()]
 
 
+def _is_preamble(sentence: str) -> bool:
+    """A greeting, thanks or introduction: what comes before a request, not the request."""
+    text = _plain(sentence)
+    if _GREETING.match(text) or _INTRODUCTION.match(text):
+        return True
+    return bool(_THANKS.match(text)) and not (text.endswith("?") or _REQUEST.search(text))
+
+
+def _plain(text: str) -> str:
+    """``text`` with typographic apostrophes (U+2019) as ASCII ones, so "I'd like" matches."""
+    return text.replace("\u2019", "'")
+
+
 def _words(text: str) -> list[str]:
     """The words of ``text``, lower-cased, apostrophes (also typographic ones) kept."""
-    return re.findall(r"[a-z']+", text.lower().replace("\u2019", "'"))
+    return re.findall(r"[a-z']+", _plain(text).lower())
 
 
 def user_line(text: str, limit: int) -> str:
@@ -214,7 +255,7 @@ def user_line(text: str, limit: int) -> str:
     picked = [
         shorten(s, limit)
         for s in sentences(text)
-        if has_fact(s) or (s in request and not _GREETING.match(s) and not is_vague(s))
+        if has_fact(s) or (s in request and not _GREETING.match(_plain(s)) and not is_vague(s))
     ]
     line = " ".join(picked) if picked else request
     return quote(line, 2 * limit) if line else ""
@@ -232,6 +273,7 @@ def is_vague(sentence: str) -> bool:
 def is_consent(sentence: str) -> bool:
     """A greeting or thanks, or a reply allowing what was proposed, with no question or
     condition in it."""
+    sentence = _plain(sentence)
     if _GREETING.match(sentence):
         return True
     return bool(_CONSENT.match(sentence)) and not (
@@ -268,7 +310,8 @@ def assistant_lines(text: str, limit: int, known: str) -> list[str]:
     for sentence in plain:
         new_fact = any(value not in known for value in fact_keys(sentence).values())
         asking = sentence.endswith("?") or bool(_ASKS.search(sentence))
-        if new_fact or (_COMMITMENT.search(sentence) and not asking):
+        decided = _COMMITMENT.search(sentence) and not _LOOKUP.search(_plain(sentence))
+        if new_fact or (decided and not asking):
             picked.append(sentence)
     return [quote(" ".join(picked), limit)] if picked else []
 
@@ -283,3 +326,12 @@ def is_reply_only(text: str) -> bool:
     greeting, a consent (:func:`is_consent`) or vague (:func:`is_vague`)."""
     found = sentences(text)
     return bool(found) and not has_fact(text) and all(is_consent(s) or is_vague(s) for s in found)
+
+
+def asks_only(line: str) -> bool:
+    """Whether a request line (quoted) only asks for information: each sentence is a question
+    opening with what, which, when, where, who or how much/many/long ("How much was
+    ORD-40613 in total?"). Answered, such a line leaves the summary: the answer's facts are
+    in the ledger or the assistant's lines."""
+    found = sentences(line.strip('"'))
+    return bool(found) and all(s.endswith("?") and _INFO_QUESTION.match(_plain(s)) for s in found)

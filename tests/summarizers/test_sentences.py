@@ -9,7 +9,13 @@ import pytest
 from storage.message import ChatMessage
 from summarizers import ExtractiveSummarizer
 from summarizers.render import parse_summary
-from summarizers.sentences import assistant_lines, identifies_only, is_reply_only, user_line
+from summarizers.sentences import (
+    asks_only,
+    assistant_lines,
+    identifies_only,
+    is_reply_only,
+    user_line,
+)
 from tests.summarizers.test_extractive import call
 from tests.summarizers.test_render import assistant, history, text_turn, tool, user
 
@@ -58,6 +64,42 @@ def test_user_line_leaves_out_vague_sentences_not_requests() -> None:
     assert line == '"I need to change my flight to May 27."'
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # The request is the sentence a pointing-back question refers to (tau-bench airline).
+        (
+            "Hey there. I'm having some issues with money and need to downgrade all my recent "
+            "business class flights to economy. Can you help with that?",
+            "I'm having some issues with money and need to downgrade all my recent business "
+            "class flights to economy.",
+        ),
+        (
+            "Thank you for helping with that cancellation. I also want to upgrade one of my "
+            "reservations to business class. Could you assist me with that?",
+            "I also want to upgrade one of my reservations to business class.",
+        ),
+        # A typographic apostrophe reads like an ASCII one.
+        (
+            "I\u2019d like to cancel the reservation and get the refund processed to the "
+            "original payment method. How do we proceed with that?",
+            "I\u2019d like to cancel the reservation and get the refund processed to the "
+            "original payment method.",
+        ),
+        (
+            "I don't remember the reservation ID, but I can tell you that I'm feeling sick and "
+            "have travel insurance. Is there any way to proceed with that information?",
+            "I don't remember the reservation ID, but I can tell you that I'm feeling sick and "
+            "have travel insurance.",
+        ),
+        # "I'm" followed by a name introduces; the request after it is the line.
+        ("Hi, I'm Omar Rossi. I want to add a checked bag.", "I want to add a checked bag."),
+    ],
+)
+def test_a_request_is_what_a_pointing_back_question_refers_to(text: str, line: str) -> None:
+    assert user_line(text, 160) == f'"{line}"'
+
+
 def test_assistant_lines_keep_decisions_and_new_facts_not_questions() -> None:
     known = "reservation H9ZU1C: DTW→JFK"
     assert assistant_lines("Would you like to proceed? Let me know.", 160, known) == []
@@ -72,6 +114,45 @@ def test_assistant_lines_keep_decisions_and_new_facts_not_questions() -> None:
         '"The total is $239; shall I charge your card?"'
     ]
     assert assistant_lines("H9ZU1C goes DTW→JFK. Anything else?", 160, known) == []
+    # Announcing a lookup is not a decision: what it found is in the ledger.
+    assert assistant_lines("I have found your user profile.", 160, known) == []
+    assert assistant_lines("I'll check the details of your reservation now.", 160, known) == []
+    assert assistant_lines("Once I have this information, I'll proceed.", 160, known) == []
+    assert assistant_lines("I have cancelled reservation H9ZU1C.", 160, known) == [
+        '"I have cancelled reservation H9ZU1C."'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "only"),
+    [
+        ('"How much was ORD-40613 in total?"', True),
+        ('"Sorry, what was the tracking number for ORD-99069 again?"', True),
+        ('"Which card did I pay my oldest order with?"', True),
+        ('"I also need a new tent. What do you have?"', False),  # a goal first
+        ('"Can you find me a flight to Seattle?"', False),  # a request
+        ('"Is there a way to switch to a nonstop flight on May 17?"', False),
+        ('"Cancel H9ZU1C."', False),
+        ('"What about reservation XEWRD9?"', False),  # turns to something new
+    ],
+)
+def test_asks_only_is_a_question_for_information(line: str, only: bool) -> None:
+    assert asks_only(line) is only
+
+
+@pytest.mark.anyio
+async def test_through_a_summary_an_answered_question_for_information_goes() -> None:
+    turns: list[list[ChatMessage]] = [
+        [user("How much was ORD-40613 in total?"), assistant("ORD-40613 came to $329.49.")],
+        [user("When did ORD-52669 ship?"), assistant("Which order do you mean, ORD-52669?")],
+        [user("I also need a new tent. What do you have?"), assistant("I found SKU-2051.")],
+    ]
+    result = await ExtractiveSummarizer()(history(*turns, text_turn("B")), 1)
+    body = parse_summary(result[0])[1]
+    assert "How much was ORD-40613" not in body  # answered: neither a goal nor open
+    assert '"ORD-40613 came to $329.49."' in body  # the answer says it
+    assert '"When did ORD-52669 ship?"' in body  # asked back: still open
+    assert '"I also need a new tent. What do you have?"' in body  # a goal
 
 
 @pytest.mark.anyio
