@@ -414,8 +414,9 @@ def _thought(call: ToolCall, limit: int) -> str:
 
 def _drop_identifications(notes: Notes) -> None:
     """Leave out request lines that only identify the user or a record the ledger holds:
-    the ledger entry says it, with what it refers to."""
-    if not notes.requests:
+    the ledger entry says it, with what it refers to (a line without facts, the user
+    lacking an identifier, once the ledger holds anything looked up)."""
+    if not notes.requests or not notes.ledger:
         return
     known = set(fact_keys(" ".join(entry.line for entry in notes.ledger)))
     notes.requests = [

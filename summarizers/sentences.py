@@ -92,6 +92,21 @@ _IDENTIFYING_WORDS: Final = frozenset(
         "that",
     ]
 )
+# The user lacking an identifier ("I don't remember the reservation ID", "I'll provide it
+# shortly"): moot once the ledger holds what was looked up.
+_LACKS: Final = re.compile(
+    r"\b(don't|do not|can't|cannot|didn't) (have|remember|recall|know|find)\b|"
+    r"\bnot sure (about|of)\b|\b(i'll|i will) (provide|find|get|look|try|work)\b|"
+    r"\b(managed to|trying to|try to) (find|locate|get)\b|\bforgot\b",
+    re.IGNORECASE,
+)
+_ID_WORD: Final = re.compile(r"\b(id|ids|number|code)\b", re.IGNORECASE)
+# What makes a sentence more than an identification: it asks for something to be done.
+_REQUEST_VERB: Final = re.compile(
+    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need)\b|"
+    r"\b(cancel|change|book|modify|upgrade|downgrade|refund|remove|add)\b|\?",
+    re.IGNORECASE,
+)
 _VAGUE_WORDS: Final = frozenset(
     [
         "can",
@@ -283,19 +298,24 @@ def is_consent(sentence: str) -> bool:
 
 def identifies_only(line: str) -> bool:
     """Whether a request line (quoted) only tells who the user is or which record they mean
-    ("Sure, my user ID is mia_li_3668."): each sentence states a fact and, without its
-    facts, has only words like my, user, id, is."""
+    ("Sure, my user ID is mia_li_3668."), or which identifier they cannot give ("I don't
+    have my reservation ID with me."): each sentence either states a fact and, without its
+    facts, has only words like my, user, id, is; or says the user lacks an identifier."""
     found = sentences(line.strip('"'))
-    for sentence in found:
-        spans = list(fact_spans(sentence))
-        if not spans:
-            return False
-        rest = sentence
-        for _, start, end in reversed(spans):
-            rest = rest[:start] + " " + rest[end:]
-        if any(word not in _IDENTIFYING_WORDS for word in _words(rest)):
-            return False
-    return bool(found)
+    return bool(found) and all(_identifies(sentence) for sentence in found)
+
+
+def _identifies(sentence: str) -> bool:
+    text = _plain(sentence)
+    if _LACKS.search(text) and _ID_WORD.search(text) and not _REQUEST_VERB.search(text):
+        return True
+    spans = list(fact_spans(sentence))
+    if not spans:
+        return False
+    rest = sentence
+    for _, start, end in reversed(spans):
+        rest = rest[:start] + " " + rest[end:]
+    return all(word in _IDENTIFYING_WORDS for word in _words(rest))
 
 
 def assistant_lines(text: str, limit: int, known: str) -> list[str]:

@@ -55,7 +55,11 @@ def test_identification_lines() -> None:
     assert identifies_only('"Sure, my user ID is mia_li_3668."')
     assert identifies_only('"My user ID is mia_kim_4397, and the reservation ID is H9ZU1C."')
     assert not identifies_only('"I\'m mia_kim_4397. Please cancel reservation H9ZU1C."')
-    assert not identifies_only("\"I don't remember the reservation ID, but I'm omar_rossi_1241.\"")
+    # Lacking an identifier is about identification too: moot once the ledger holds the user.
+    assert identifies_only("\"I don't remember the reservation ID, but I'm omar_rossi_1241.\"")
+    assert identifies_only("\"I'm really sorry, but I don't have my reservation ID with me.\"")
+    assert identifies_only('"I\u2019ll provide the reservation ID shortly."')
+    assert not identifies_only('"I don\'t have the reservation ID. Please cancel my flight."')
     assert not identifies_only('"Hello!"')
 
 
@@ -206,3 +210,23 @@ async def test_a_checkpoint_of_the_previous_release_merges_section_by_section() 
     assert body.startswith('User requests:\n- "Cancel reservation H9ZU1C."\n- "Question A?"')
     assert "Summary of the earlier conversation" not in body
     assert "Earlier notes:" not in body
+
+
+@pytest.mark.anyio
+async def test_through_a_summary_lacking_an_identifier_goes_once_something_was_looked_up() -> None:
+    read = call("get_user_details", 1, user_id="mia_li_3668")
+    profile = {"user_id": "mia_li_3668", "reservations": ["H9ZU1C"]}
+    lacking = "I don't have my reservation ID with me right now."
+    found: list[ChatMessage] = [
+        user(lacking),
+        assistant(None, read),
+        tool(read, json.dumps(profile)),
+        assistant("You have reservation H9ZU1C."),
+    ]
+    body = parse_summary((await ExtractiveSummarizer()(history(found, text_turn("B")), 1))[0])[1]
+    assert lacking not in body
+    assert "reservations=[H9ZU1C]" in body
+    # Nothing looked up yet: the assistant should not ask again, so it stays.
+    asked: list[ChatMessage] = [user(lacking), assistant("I can look you up by user ID.")]
+    body = parse_summary((await ExtractiveSummarizer()(history(asked, text_turn("B")), 1))[0])[1]
+    assert f'"{lacking}"' in body
