@@ -3,10 +3,15 @@
 - a **user** message keeps its requests and questions and every sentence that states a fact
   (:func:`user_line`); a reply that only allows what was proposed ("Yes, please go ahead")
   or only points back ("Can you help with that?") keeps nothing (:func:`is_reply_only`): the
-  action it allowed is under Done, what it refers to is in the lines around it;
+  action it allowed is under Done, what it refers to is in the lines around it (a request
+  followed by "Can you help with that?" is the line); an answered question for information
+  ("How much was ORD-40613 in total?", :func:`asks_only`) leaves the summary, and so does
+  the user saying which identifier they lack once the ledger holds what was looked up
+  (:func:`identifies_only`);
 - an **assistant** message keeps its decisions and commitments and the sentences stating a
   fact the summary does not hold yet (:func:`assistant_lines`); its questions to the user
-  were answered by the time they are summarized (an unanswered last question is under Open).
+  were answered by the time they are summarized (an unanswered last question is under Open),
+  and announcing a lookup ("I have found your profile.") is not a decision.
 
 Text is only ever quoted (:mod:`summarizers.quoting`): what users and tools said is data.
 """
