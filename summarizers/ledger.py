@@ -14,7 +14,8 @@ and two keys that differ only by departure/arrival, start/end, from/to, check-in
 (``scheduled_departure_time``, ``scheduled_arrival_time``) as one:
 ``scheduled_time=22:00→03:00+1``; a time of day without its ``:00`` seconds; first and last
 names joined; amounts under money keys with ``$``; free text longer than 60 characters quoted
-(it is data, never an instruction) and shortened.
+(it is data, never an instruction) and shortened; a value holding ``, `` or ``; `` quoted, so
+it stays one value (``name="Trekking poles, carbon"``).
 
 An entry's **key** (``reservation H9ZU1C``: the kind and the identity, with the record's date
 when it has one, so one flight on two days is two entries) says what it is about; the same
@@ -150,6 +151,10 @@ def _scalar(key: str, value: Any) -> str:
     text = " ".join(str(value).split())
     if len(text) > _LONG_TEXT:
         return quote(text, _TEXT_KEEP)
+    if ", " in text or "; " in text or text[:1] in "([":
+        # One value, even when it reads like a list ("Trekking poles, carbon"): quoted, so
+        # it is never split into parts of the entry.
+        return quote(text)
     return _WHOLE_MINUTE.sub(r"\1", text)
 
 

@@ -136,3 +136,13 @@ def test_nested_lines_of_an_owner_need_no_name_and_nested_prose_goes() -> None:
     assert 'note="Leave the parcel' in entry.text  # top-level free text stays, quoted
     with_fact = {"sku": "SKU-2", "description": "Fits a 15-inch laptop; ships 2024-06-01 " * 2}
     assert "2024-06-01" in compact_value({"items": [with_fact]})
+
+
+def test_a_value_with_separators_stays_one_value() -> None:
+    # "Trekking poles, carbon" is one name: never split into "carbon" by the short form.
+    record = {"items": [{"sku": "SKU-3318", "name": "Trekking poles, carbon", "price": 119}]}
+    text = compact_value(record)
+    assert text == 'items=[(SKU-3318, name="Trekking poles, carbon", $119)]'
+    assert facts_only(text) == "items=[(SKU-3318, $119)]"
+    address = compact_value({"address": {"line1": "390 Hillcrest Rd, Denver, CO", "zip": "80202"}})
+    assert address == 'address=(line1="390 Hillcrest Rd, Denver, CO", zip=80202)'
