@@ -15,7 +15,10 @@ and two keys that differ only by departure/arrival, start/end, from/to, check-in
 ``scheduled_time=22:00→03:00+1``; a time of day without its ``:00`` seconds; first and last
 names joined; amounts under money keys with ``$``; free text longer than 60 characters quoted
 (it is data, never an instruction) and shortened; a value holding ``, `` or ``; `` quoted, so
-it stays one value (``name="Trekking poles, carbon"``).
+it stays one value (``name="Trekking poles, carbon"``); a history (a list of records each
+with a moment: ``events=[{"at": "2024-02-29T17:24:00", ...}, ...]``) as its newest record,
+the state, after how many came earlier: ``events=[3 earlier; (at=..., status=out for
+delivery)]``.
 
 An entry's **key** (``reservation H9ZU1C``: the kind and the identity, with the record's date
 when it has one, so one flight on two days is two entries) says what it is about; the same
@@ -71,6 +74,8 @@ _SPAN_WORDS: Final = (
     ("pickup", "dropoff"),
 )
 _SHORT_END: Final = 24  # characters of each end of a span shown as A→B
+_MOMENT_KEYS: Final = frozenset({"at", "time", "timestamp", "datetime", "when"})
+_DATETIME: Final = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 _WHOLE_MINUTE: Final = re.compile(r"^(\d{1,2}:\d{2}):00(?=$|[+-]\d+$)")
 
 
@@ -184,9 +189,42 @@ def compact_value(value: Any, key: str = "", *, skip: frozenset[str] = frozenset
         text, parts = _object(value, key, skip)
         return f"({text})" if key and (parts > 1 or "=" in text) else text
     if isinstance(value, list):
+        newest = _newest(value)
+        if newest is not None:
+            # A history (shipment events, status changes): the newest is the state, as a
+            # record read again replaces its older text; the raw record keeps the rest.
+            earlier = len(value) - 1
+            return f"[{earlier} earlier; {compact_value(newest, key)}]"
         items = [compact_value(item, key) for item in value]
         return "[" + "; ".join(i for i in items if i) + "]"
     return _scalar(key, value)
+
+
+def _moment(record: Any) -> str | None:
+    """The time ``record`` happened at (a ``at``, ``time``, ``timestamp`` or ``*_at`` value
+    holding a date and a time), or ``None``."""
+    if not isinstance(record, Mapping):
+        return None
+    for key, value in record.items():
+        name = str(key).lower()
+        moment_key = name in _MOMENT_KEYS or name.endswith("_at")
+        if moment_key and isinstance(value, str) and _DATETIME.match(value):
+            return value
+    return None
+
+
+def _newest(items: list[Any]) -> Mapping[str, Any] | None:
+    """The newest record of ``items`` when it is a history: two or more records, each with
+    a moment (:func:`_moment`); else ``None``."""
+    if len(items) < 2:
+        return None
+    moments = [_moment(item) for item in items]
+    if any(moment is None for moment in moments):
+        return None
+    # ISO 8601 moments sort as text; the last of equal ones is the newest written.
+    index = max(range(len(items)), key=lambda i: (moments[i] or "", i))
+    newest: Mapping[str, Any] = items[index]
+    return newest
 
 
 def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tuple[str, int]:

@@ -146,3 +146,25 @@ def test_a_value_with_separators_stays_one_value() -> None:
     assert facts_only(text) == "items=[(SKU-3318, $119)]"
     address = compact_value({"address": {"line1": "390 Hillcrest Rd, Denver, CO", "zip": "80202"}})
     assert address == 'address=(line1="390 Hillcrest Rd, Denver, CO", zip=80202)'
+
+
+def test_a_history_keeps_its_newest_record_as_the_state() -> None:
+    events = [
+        {"at": "2024-02-27T17:54:00", "status": "picked up"},
+        {"at": "2024-02-29T17:24:00", "status": "out for delivery"},
+        {"at": "2024-02-28T06:35:00", "status": "in transit"},
+    ]
+    assert compact_value({"events": events}) == (
+        "events=[2 earlier; (at=2024-02-29T17:24:00, status=out for delivery)]"
+    )
+    # Flight segments have dates, not moments: every one stays.
+    flights = [
+        {"flight_number": "HAT097", "date": "2024-05-17"},
+        {"flight_number": "HAT1", "date": "2024-05-18"},
+    ]
+    assert (
+        compact_value({"flights": flights}) == "flights=[(HAT097, 2024-05-17); (HAT1, 2024-05-18)]"
+    )
+    # A list where one record has no moment is not a history.
+    mixed = [*events[:1], {"status": "lost"}]
+    assert compact_value({"events": mixed}).count("; ") == 1
