@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,22 +58,44 @@ def _which(name: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
 
 
 def free_port(*, bus_offset: int | None = None) -> int:
-    """A loopback TCP port free right now (and ``port + bus_offset`` too, for Cluster's bus)."""
+    """A loopback TCP port free right now (and ``port + bus_offset`` too, for Cluster's bus).
+
+    Under pytest-xdist each worker draws from its own block of ports (below the ephemeral
+    range), so two workers starting servers at once never pick the same port.
+    """
+    for port in _candidates():
+        if bus_offset is not None and port + bus_offset > 65535:
+            continue
+        if _bindable(port) and (bus_offset is None or _bindable(port + bus_offset)):
+            return port
+    raise RuntimeError("no free loopback port found")
+
+
+_WORKER_BLOCK = 2000  # ports per xdist worker, from 10000; a Cluster's bus is +10000
+
+
+def _candidates() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        base = 10000 + (int(worker[2:]) % 5) * _WORKER_BLOCK
+        start = random.randrange(_WORKER_BLOCK)
+        for offset in range(_WORKER_BLOCK):
+            yield base + (start + offset) % _WORKER_BLOCK
+        return
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
-        if bus_offset is None:
-            return port
-        if port + bus_offset > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + bus_offset))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free loopback port found")
+        yield port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _wait(check: object, what: str, log: Path | None = None) -> None:
