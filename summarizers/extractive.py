@@ -62,6 +62,7 @@ from summarizers.sentences import (
     is_reply_only,
     last_question,
     request_text,
+    restates,
     sentences,
     user_line,
 )
@@ -202,6 +203,7 @@ class ExtractiveSummarizer:
             self._turn(segment, notes, sources, previous)
         _placeholders(notes, plan.to_summarize)
         _drop_identifications(notes)
+        _drop_restated(notes)
         notes.focus(" ".join(source_text(m) for m in plan.kept))
         last = plan.to_summarize[-1]
         if last.role == "assistant" and content_text(last).rstrip().endswith("?"):
@@ -423,6 +425,17 @@ def _drop_identifications(notes: Notes) -> None:
         line
         for line in notes.requests
         if not (identifies_only(line) and set(fact_keys(line)) <= known)
+    ]
+
+
+def _drop_restated(notes: Notes) -> None:
+    """Leave out a request line a later one restates with its facts (:func:`restates`):
+    the opener "I'd like to change my flight reservation." once the user named which."""
+    lines = notes.requests
+    notes.requests = [
+        line
+        for index, line in enumerate(lines)
+        if not any(restates(later, line) for later in lines[index + 1 :])
     ]
 
 

@@ -7,7 +7,8 @@
   followed by "Can you help with that?" is the line); an answered question for information
   ("How much was ORD-40613 in total?", :func:`asks_only`) leaves the summary, and so does
   the user saying which identifier they lack once the ledger holds what was looked up
-  (:func:`identifies_only`);
+  (:func:`identifies_only`), and an opener a later request restates with its facts
+  (:func:`restates`);
 - an **assistant** message keeps its decisions and commitments and the sentences stating a
   fact the summary does not hold yet (:func:`assistant_lines`); its questions to the user
   were answered by the time they are summarized (an unanswered last question is under Open),
@@ -32,6 +33,7 @@ __all__ = [
     "is_reply_only",
     "last_question",
     "request_text",
+    "restates",
     "sentences",
     "user_line",
 ]
@@ -360,3 +362,25 @@ def asks_only(line: str) -> bool:
     in the ledger or the assistant's lines."""
     found = sentences(line.strip('"'))
     return bool(found) and all(s.endswith("?") and _INFO_QUESTION.match(_plain(s)) for s in found)
+
+
+# Words that say nothing of what a request is about (with the vague ones).
+_FRAME_WORDS: Final = frozenset(
+    {"i'd", "i'm", "like", "want", "need", "wish", "my", "a", "an", "the", "to", "of", "on", "and"}
+    | {"make", "some", "few", "hoping", "was", "am", "looking", "upcoming", "current"}
+)
+
+
+def _topic(line: str) -> set[str]:
+    return {w for w in _words(line) if w not in _VAGUE_WORDS and w not in _FRAME_WORDS}
+
+
+def restates(later: str, earlier: str) -> bool:
+    """Whether request line ``later`` says all ``earlier`` says, and more: ``earlier``
+    states no fact, and every word of it that names something ("change", "flight",
+    "reservation") is in ``later``, which states a fact ("I'd like to change my flight
+    reservation." is restated by "I want to change the flight for reservation M05KNL.")."""
+    if has_fact(earlier) or not has_fact(later):
+        return False
+    topic = _topic(earlier)
+    return bool(topic) and topic <= _topic(later)

@@ -14,6 +14,7 @@ from summarizers.sentences import (
     assistant_lines,
     identifies_only,
     is_reply_only,
+    restates,
     user_line,
 )
 from tests.summarizers.test_extractive import call
@@ -230,3 +231,22 @@ async def test_through_a_summary_lacking_an_identifier_goes_once_something_was_l
     asked: list[ChatMessage] = [user(lacking), assistant("I can look you up by user ID.")]
     body = parse_summary((await ExtractiveSummarizer()(history(asked, text_turn("B")), 1))[0])[1]
     assert f'"{lacking}"' in body
+
+
+def test_a_later_request_with_facts_restates_an_opener() -> None:
+    opener = '"I\'d like to change my flight reservation."'
+    assert restates('"I want to change the flight for reservation M05KNL."', opener)
+    assert not restates('"I want to cancel reservation M05KNL."', opener)  # not a change
+    assert not restates('"I want to change the flight for my reservation."', opener)  # no fact
+    assert not restates('"Change flight HAT001 of M05KNL."', '"Change flight HAT002."')
+
+
+@pytest.mark.anyio
+async def test_through_a_summary_an_opener_restated_with_facts_goes() -> None:
+    turns: list[list[ChatMessage]] = [
+        [user("Hi! I'd like to change my flight reservation."), assistant("Which one?")],
+        [user("I want to change the flight for reservation M05KNL."), assistant("Sure.")],
+    ]
+    body = parse_summary((await ExtractiveSummarizer()(history(*turns, text_turn("B")), 1))[0])[1]
+    assert "change my flight reservation" not in body
+    assert '"I want to change the flight for reservation M05KNL."' in body
