@@ -346,8 +346,9 @@ def _answered(turn: Sequence[ChatMessage]) -> bool:
     """Whether the assistant's last words in ``turn`` (a user message and what followed) are
     a reply, not a question back."""
     for message in reversed(turn[1:]):
-        if message.role == "assistant" and content_text(message).strip():
-            return not content_text(message).rstrip().endswith("?")
+        words = content_text(message).rstrip() if message.role == "assistant" else ""
+        if words:
+            return not words.endswith("?")
     return False
 
 

@@ -156,7 +156,7 @@ def _scalar(key: str, value: Any) -> str:
     text = " ".join(str(value).split())
     if len(text) > _LONG_TEXT:
         return quote(text, _TEXT_KEEP)
-    if ", " in text or "; " in text or text[:1] in "([":
+    if ", " in text or "; " in text or text.startswith(("(", "[")):
         # One value, even when it reads like a list ("Trekking poles, carbon"): quoted, so
         # it is never split into parts of the entry.
         return quote(text)
@@ -218,13 +218,17 @@ def _newest(items: list[Any]) -> Mapping[str, Any] | None:
     a moment (:func:`_moment`); else ``None``."""
     if len(items) < 2:
         return None
-    moments = [_moment(item) for item in items]
-    if any(moment is None for moment in moments):
-        return None
-    # ISO 8601 moments sort as text; the last of equal ones is the newest written.
-    index = max(range(len(items)), key=lambda i: (moments[i] or "", i))
-    newest: Mapping[str, Any] = items[index]
-    return newest
+    newest: tuple[str, int] | None = None
+    for index, item in enumerate(items):
+        moment = _moment(item)
+        if moment is None:
+            return None  # not a history: a plain list, read in full
+        # ISO 8601 moments sort as text; the last of equal ones is the newest written.
+        if newest is None or moment >= newest[0]:
+            newest = (moment, index)
+    assert newest is not None
+    record: Mapping[str, Any] = items[newest[1]]
+    return record
 
 
 def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tuple[str, int]:

@@ -44,10 +44,10 @@ _GREETING: Final = re.compile(
     r"[\s,!.\w]{0,20}$",
     re.IGNORECASE,
 )
-# "I'm Omar Rossi", "My user ID is ...": who the user is, not what they want ("I'm having
-# trouble with my booking" is not one: after "I'm" / "this is" comes a name, capitalized).
 # Thanks for what was done ("Thank you for helping with that cancellation."): not a request.
 _THANKS: Final = re.compile(r"^\W*(thanks|thank you|i (really )?appreciate)\b", re.IGNORECASE)
+# "I'm Omar Rossi", "My user ID is ...": who the user is, not what they want ("I'm having
+# trouble with my booking" is not one: after "I'm" / "this is" comes a name, capitalized).
 _INTRODUCTION: Final = re.compile(
     r"^\W*((i'?m|i am|this is)\s+(?-i:[A-Z])|my name is|"
     r"my (user ?id|email|e-mail|phone|number|id)( is)?\b|here is my\b|you can reach me\b)",
@@ -99,6 +99,11 @@ _IDENTIFYING_WORDS: Final = frozenset(
         "that",
     ]
 )
+# Words that say nothing of what a request is about (with the vague ones): see restates().
+_FRAME_WORDS: Final = frozenset(
+    {"i'd", "i'm", "like", "want", "need", "wish", "my", "a", "an", "the", "to", "of", "on", "and"}
+    | {"make", "some", "few", "hoping", "was", "am", "looking", "upcoming", "current"}
+)
 # The user lacking an identifier ("I don't remember the reservation ID", "I'll provide it
 # shortly"): moot once the ledger holds what was looked up.
 _LACKS: Final = re.compile(
@@ -108,12 +113,6 @@ _LACKS: Final = re.compile(
     re.IGNORECASE,
 )
 _ID_WORD: Final = re.compile(r"\b(id|ids|number|code)\b", re.IGNORECASE)
-# What makes a sentence more than an identification: it asks for something to be done.
-_REQUEST_VERB: Final = re.compile(
-    r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would) like\b|\bi (want|need)\b|"
-    r"\b(cancel|change|book|modify|upgrade|downgrade|refund|remove|add)\b|\?",
-    re.IGNORECASE,
-)
 _VAGUE_WORDS: Final = frozenset(
     [
         "can",
@@ -179,11 +178,20 @@ _VAGUE_WORDS: Final = frozenset(
         "request",
     ]
 )
-_REQUEST: Final = re.compile(
+# Asking for something ("Could you...", "please", "I'd like", "I want"), anywhere in a sentence.
+_ASKING: Final = (
     r"\b(can|could|would|will) you\b|\bplease\b|\bi('d| would)( also| really)? like\b|"
-    r"\bi( also| just| still)? (want|need|wish)\b|"
-    r"\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|are|do|does|"
-    r"book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|make)\b",
+    r"\bi( also| just| still)? (want|need|wish)\b"
+)
+_REQUEST: Final = re.compile(
+    _ASKING + r"|\bhelp me\b|\bhow (do|can|to)\b|^\W*(what|why|where|when|which|who|how|is|"
+    r"are|do|does|book|cancel|change|find|show|tell|give|send|update|fix|add|remove|check|get|"
+    r"make)\b",
+    re.IGNORECASE,
+)
+# What makes a sentence more than an identification: it asks for something to be done.
+_REQUEST_VERB: Final = re.compile(
+    _ASKING + r"|\b(cancel|change|book|modify|upgrade|downgrade|refund|remove|add)\b|\?",
     re.IGNORECASE,
 )
 # Decisions and commitments in the assistant's words.
@@ -232,10 +240,9 @@ def request_text(text: str, limit: int) -> str:
         return ""
     plain = [s for s in found if not _is_preamble(s)]
     # "Can you help with that?" only points back: the sentence it points to is the request.
-    picked = [
-        s for s in plain if (s.endswith("?") or _REQUEST.search(_plain(s))) and not is_vague(s)
-    ]
-    plain = [s for s in plain if not is_vague(s)] or plain
+    clear = [s for s in plain if not is_vague(s)]
+    picked = [s for s in clear if s.endswith("?") or _REQUEST.search(_plain(s))]
+    plain = clear or plain
     if not picked:
         if not plain:
             return first_sentence(text, limit)
@@ -362,13 +369,6 @@ def asks_only(line: str) -> bool:
     in the ledger or the assistant's lines."""
     found = sentences(line.strip('"'))
     return bool(found) and all(s.endswith("?") and _INFO_QUESTION.match(_plain(s)) for s in found)
-
-
-# Words that say nothing of what a request is about (with the vague ones).
-_FRAME_WORDS: Final = frozenset(
-    {"i'd", "i'm", "like", "want", "need", "wish", "my", "a", "an", "the", "to", "of", "on", "and"}
-    | {"make", "some", "few", "hoping", "was", "am", "looking", "upcoming", "current"}
-)
 
 
 def _topic(line: str) -> set[str]:

@@ -146,6 +146,7 @@ def test_a_value_with_separators_stays_one_value() -> None:
     assert facts_only(text) == "items=[(SKU-3318, $119)]"
     address = compact_value({"address": {"line1": "390 Hillcrest Rd, Denver, CO", "zip": "80202"}})
     assert address == 'address=(line1="390 Hillcrest Rd, Denver, CO", zip=80202)'
+    assert compact_value({"tags": ["", "light"]}) == "tags=[light]"  # an empty one: nothing
 
 
 def test_a_history_keeps_its_newest_record_as_the_state() -> None:
