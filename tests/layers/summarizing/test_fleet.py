@@ -187,7 +187,10 @@ def test_four_processes_one_call_per_crossing_and_one_view(
         # Exactly one call per crossing: every call made one checkpoint, no two calls
         # summarized the same messages, and no process summarized again after a restart.
         assert len(made) == checkpoint.version
-        assert len(made) >= 4  # 64 messages through a trigger of 6: many crossings
+        # 64 messages through a trigger of 6: several crossings. How many calls they take
+        # depends on scheduling (a lease holder starved of CPU covers more messages in
+        # one call while the others skip), so only that rounds followed each other.
+        assert len(made) >= 2
         assert len({c["first"] for c in made}) == len(made)
         raw = list(tail.messages)
         assert len(raw) == 4 * TURNS * 2
