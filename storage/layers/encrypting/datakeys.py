@@ -13,9 +13,11 @@ What keeps encryption from stranding data, in one place:
 - **Nothing sealed under a destroyed key is acknowledged.** Writes and erasures of a user
   are serialized within a process (:mod:`.gate`); across processes every write asks the
   keyring again once it is stored: if the key was destroyed meanwhile, the write is undone
-  (while the user has no new key) and refused with ``ConflictError``. What such a race or a
-  crash leaves behind is sealed under an erased key: once the user has a new key it is
-  skipped on reads (it is erased data), so a returning user's conversation always reads.
+  and refused with ``ConflictError``. The undo deletes the record only if all of it is sealed
+  under erased keys, compared and deleted against the version it read, so a returning user's
+  save landing meanwhile is never deleted. What such a race or a crash leaves behind is
+  sealed under an erased key: once the user has a new key it is skipped on reads (it is
+  erased data), so a returning user's conversation always reads.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from storage.abilities import ListableStorage, SequencedStorage, find_ability
+from storage.abilities import (
+    ListableStorage,
+    ReplaceableStorage,
+    SequencedStorage,
+    find_ability,
+)
 from storage.errors import (
     ChatStorageError,
     ConfigError,
@@ -347,14 +354,38 @@ class DataKeys:
         raise refused
 
     async def _undo(self, key: ChatKey) -> None:
-        """Delete ``key``'s record when all of it is sealed under destroyed keys and the
-        user has no live key: a returning user's messages are never touched (leftovers are
-        skipped on reads instead)."""
-        if await self.keyring.get(key.user_id) is not None:
+        """Delete ``key``'s record when every message of it is sealed under a key an erasure
+        destroyed, and nobody wrote to it since that was read: a returning user's messages
+        are never touched (leftovers are skipped on reads instead).
+
+        The delete is a compare-and-replace with the version of the read (``replace(key, [],
+        expected_version=...)``): a third writer saving under the user's new key between
+        the read and the delete makes it a no-op. A store without that ability only gets the
+        delete while the user has no live key (a narrower race, documented)."""
+        sequenced = find_ability(self._below, SequencedStorage)
+        replaceable = find_ability(self._below, ReplaceableStorage)
+        if sequenced is None or replaceable is None:
+            if await self.keyring.get(key.user_id) is None and await self._all_erased(
+                tuple(await self._below.fetch(key))
+            ):
+                await self._below.delete(key)
             return
-        tail = await self._below.fetch(key)
-        if all(is_token(m.content) for m in tail):
-            await self._below.delete(key)
+        tail = await sequenced.fetch_since(key, 0)
+        if not tail.messages or not await self._all_erased(tail.messages):
+            return
+        try:
+            await replaceable.replace(key, [], expected_version=tail.head.version)
+        except ConflictError:
+            return  # written since the read: what it holds under the erased key is skipped
+
+    async def _all_erased(self, messages: tuple[ChatMessage, ...]) -> bool:
+        """Whether every message is sealed under a key an erasure record names."""
+        for message in messages:
+            if not is_token(message.content):
+                return False
+            if not await self.is_erased(token_key_id(str(message.content))):
+                return False
+        return True
 
     async def destroy(self, user_id: str) -> None:
         """Destroy the user's data key (with an erasure record) and record the keyring's

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +24,7 @@ from storage.layers.encrypting import (
 )
 from storage.layers.encrypting.cipher import token_key_id
 from storage.message import ChatKey, ChatMessage
+from storage.protocol import ChatStorageWrapper
 from storage.stores.jsonl import JsonlChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 
@@ -40,6 +41,10 @@ def _held(base: type[Any]) -> type[Any]:
 
         hold: anyio.Event | None = None
         entered: anyio.Event | None = None
+        # Run once, after the first read that follows the held write: another writer
+        # landing between the layer's read of the record and what it does with it.
+        after_read: Callable[[], Awaitable[None]] | None = None
+        phase = "after"  # or "before": just before that read
 
         async def save_messages(
             self, key: ChatKey, messages: Sequence[ChatMessage]
@@ -50,7 +55,26 @@ def _held(base: type[Any]) -> type[Any]:
                 self.entered.set()
                 await hold.wait()
             stored: list[ChatMessage] = await super().save_messages(key, messages)
+            self._armed = hold is not None
             return stored
+
+        async def fetch(self, key: ChatKey, **options: Any) -> list[ChatMessage]:
+            await self._interleave("before")
+            found: list[ChatMessage] = await super().fetch(key, **options)
+            await self._interleave("after")
+            return found
+
+        async def fetch_since(self, key: ChatKey, after: int) -> Any:
+            await self._interleave("before")
+            found = await super().fetch_since(key, after)
+            await self._interleave("after")
+            return found
+
+        async def _interleave(self, phase: str) -> None:
+            armed = getattr(self, "_armed", False) and phase == self.phase
+            if armed and self.after_read is not None:
+                self._armed = False
+                await self.after_read()
 
     return Held
 
@@ -61,13 +85,21 @@ class Holding(Protocol):
 
     hold: anyio.Event | None
     entered: anyio.Event | None
+    after_read: Callable[[], Awaitable[None]] | None
+    phase: str
 
 
 def holding(stack: EncryptingChatStorage) -> Holding:
     """The held store under ``stack`` (built with ``layer(..., held=True)``)."""
     inner = stack.inner
+    while isinstance(inner, Plain):
+        inner = inner.inner
     assert isinstance(inner, Holding)
     return inner
+
+
+class Plain(ChatStorageWrapper):
+    """A layer offering only the protocol and listing: no head, no compare-and-replace."""
 
 
 HeldSQLite = _held(SQLiteChatStorage)
@@ -88,9 +120,15 @@ def store(tmp: Path, kind: str, *, held: bool = False) -> Any:
     return (HeldJsonl if held else JsonlChatStorage)(tmp / "data")
 
 
-def layer(tmp: Path, kind: str, *, held: bool = False) -> EncryptingChatStorage:
+def layer(
+    tmp: Path, kind: str, *, held: bool = False, plain: bool = False
+) -> EncryptingChatStorage:
+    below = store(tmp, kind, held=held)
     return EncryptingChatStorage(
-        store(tmp, kind, held=held), keys=MASTER, keyring=ring(tmp, kind), create_keyring=True
+        Plain(below) if plain else below,
+        keys=MASTER,
+        keyring=ring(tmp, kind),
+        create_keyring=True,
     )
 
 
@@ -98,11 +136,15 @@ async def texts(stack: Any, key: ChatKey) -> list[str]:
     return [m.text for m in await stack.fetch(key)]
 
 
+@pytest.mark.parametrize("plain", [False, True], ids=["store", "plain-layer"])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_save_landing_after_another_instance_erased_its_user_is_refused(
-    tmp_path: Path, kind: str
+    tmp_path: Path, kind: str, plain: bool
 ) -> None:
-    saver, eraser = layer(tmp_path, kind, held=True), layer(tmp_path, kind)
+    """Also over a layer without compare-and-replace (the undo deletes while the user has no
+    live key)."""
+    saver = layer(tmp_path, kind, held=True, plain=plain)
+    eraser = layer(tmp_path, kind)
     await saver.save(ADA, ChatMessage("user", "before"))
     hold = holding(saver).hold = anyio.Event()
     entered = holding(saver).entered = anyio.Event()
@@ -128,6 +170,52 @@ async def test_a_save_landing_after_another_instance_erased_its_user_is_refused(
     assert await texts(saver, ADA) == ["back"]
     await saver.aclose()
     await eraser.aclose()
+
+
+@pytest.mark.parametrize("phase", ["before", "after"])
+@pytest.mark.parametrize("kind", KINDS)
+async def test_undoing_a_refused_write_never_deletes_a_returning_users_save(
+    tmp_path: Path, kind: str, phase: str
+) -> None:
+    """Three instances: the saver's write lands after the eraser destroyed the key; while the
+    saver undoes it (just before or just after its read of the record), a third instance
+    saves the returning user's first message under a new key. That message was
+    acknowledged: it stays, and every instance reads it."""
+    saver, eraser, returning = (
+        layer(tmp_path, kind, held=True),
+        layer(tmp_path, kind),
+        layer(tmp_path, kind),
+    )
+    await saver.save(ADA, ChatMessage("user", "before"))
+    held = holding(saver)
+    hold, entered = held.hold, held.entered = anyio.Event(), anyio.Event()
+    acknowledged: list[str] = []
+
+    async def return_meanwhile() -> None:
+        stored = await returning.save(ADA, ChatMessage("user", "back"))
+        acknowledged.append(stored[0].id)
+
+    held.after_read, held.phase = return_meanwhile, phase
+    refused: list[ConflictError] = []
+
+    async def racing_save() -> None:
+        try:
+            await saver.save(ADA, ChatMessage("user", "sealed under the key being destroyed"))
+        except ConflictError as exc:
+            refused.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(racing_save)
+        await entered.wait()
+        await eraser.delete_user("ada")
+        hold.set()
+    assert len(refused) == 1  # the undo ran
+    assert len(acknowledged) == 1  # the return landed meanwhile
+    for stack in (saver, eraser, returning):
+        assert [m.id for m in await stack.fetch(ADA)] == acknowledged
+    assert await texts(eraser, ADA) == ["back"]
+    for stack in (saver, eraser, returning):
+        await stack.aclose()
 
 
 @pytest.mark.parametrize("kind", KINDS)
