@@ -24,11 +24,12 @@ a tool result stays something the tool said. A tool result the summarizing layer
 the view (``metadata["chatlayers"]["cleared"]``: the prior summary holds it, or the same call
 is made again later) adds nothing but, for an action, its done line.
 
-Over ``max_chars``, options are shortened to their facts and dropped first, then the
-assistant's lines, then the ledger is shortened to its facts; requests, done lines and ledger
-entries go last, oldest first. The summary's metadata records the ids of the messages it
-covers and, for each fact it states, the id of the message it came from
-(``metadata["chatlayers"]["sources"]``; never in the text).
+Over ``max_chars``, options and then ledger entries are shortened to their facts (least
+recently used first); then whole lines go, the least worth per character first (what the
+line's section is worth and the facts it alone states, see :meth:`Notes.bound`), the user's
+opening request last: it is what the conversation is for. The summary's metadata records
+the ids of the messages it covers and, for each fact it states, the id of the message it came
+from (``metadata["chatlayers"]["sources"]``; never in the text).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ _OMITTED: Final = "- … (older lines omitted)"
 # section is worth on its own (a request, an action, an open question matter without facts),
 # plus the facts it alone states (each fact shared by k lines counts 1/k) times what a fact
 # is worth in its section (an option's facts were only seen, not used), weighted by recency
-# within its section (the newest line counts 1.5 times the oldest).
+# within its section (the newest line counts 1.5 times the oldest). The user's first request
+# is what the conversation is for: it goes only when nothing else is left to drop.
 _WORTH: Final = {
     "open": (3.0, 1.0),
     "requests": (1.0, 1.0),
@@ -184,8 +185,8 @@ class Notes:
         """The body text within ``max_chars``. Over it, ledger and option entries are first
         shortened to their facts (:func:`summarizers.ledger.facts_only`: nothing factual is
         lost), least recently used first, options before the ledger; then whole lines go,
-        the least worth per character first (see ``_WORTH``); the text itself is cut as a
-        last resort."""
+        the least worth per character first (see ``_WORTH``), the user's opening request
+        only when no other line is left; the text itself is cut as a last resort."""
         body = self.render()
         size = len(body)
         for name in ("options", "ledger"):
@@ -219,9 +220,12 @@ class Notes:
         if not self.omitted:
             excess += len(_OMITTED) + 1
             self.omitted = True
+        opening = next((p for p, line in enumerate(lines) if line[0] == "requests"), None)
         while excess > 0 and len(alive) > 1:
             best: tuple[float, int] | None = None
             for position in alive:
+                if position == opening and len(alive) > 2:
+                    continue
                 name, index, line = lines[position]
                 alone, per_fact = _WORTH[name]
                 worth = alone + per_fact * sum(1 / shared[f] for f in facts[position])

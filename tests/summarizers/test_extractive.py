@@ -262,6 +262,29 @@ async def test_body_is_bounded_and_the_newest_requests_stay() -> None:
 
 
 @pytest.mark.anyio
+async def test_over_budget_the_users_opening_request_outlasts_the_records_read_for_it() -> None:
+    """The user states the goal once, then the agent reads record after record looking for
+    it (tau-bench task 3): the goal is what the reads are for, so it is the line that stays."""
+    goal = "I need to change my flight back from Denver to Houston to be the quickest one."
+    turn = [user(goal)]
+    for n in range(8):
+        read = call("get_reservation_details", n, reservation_id=f"RES{n:03d}")
+        flights = [
+            {"flight_number": f"HAT{n}{k:02d}", "date": f"2024-05-{10 + k}", "price": 100 + k}
+            for k in range(4)
+        ]
+        record = {"reservation_id": f"RES{n:03d}", "origin": "IAH", "flights": flights}
+        turn += [assistant(None, read), tool(read, json.dumps(record))]
+    turn.append(assistant("I found it."))
+    result = await ExtractiveSummarizer(max_chars=700)(history(turn, text_turn("B")), 1)
+    assert len(body(result[0])) <= 700
+    assert section(result[0], "User requests:") == [f'- "{goal}"']
+    ledger = section(result[0], "Ledger:")
+    assert 0 < len(ledger) < 8  # records went to make room, not the request
+    assert "reservation RES007" in "\n".join(ledger)  # the newest read stays longest
+
+
+@pytest.mark.anyio
 async def test_a_single_huge_line_is_cut_to_max_chars() -> None:
     summarize = ExtractiveSummarizer(max_chars=100, sentence_chars=500)
     buffer = history([user("y" * 1000), assistant(None)], text_turn("B"), system=None)
