@@ -364,6 +364,34 @@ class TimeTravelTests:
         assert await fresh.fetch(KEY) == rewound
         assert (first.calls, second.calls) == (calls, 0)  # the kept checkpoint served both
 
+    async def test_compaction_after_a_rewind_covers_what_the_rewind_kept(
+        self, base: ChatStorage, harness: StoreHarness
+    ) -> None:
+        """A rewind hides messages whose sequence numbers the key's head still counts: a
+        summary given by hand, or made by the summarizer, then covers the kept messages (it
+        was refused as "kept changing"); another worker serves the same view."""
+        from storage.layers.summarizing import SummarizingChatStorage
+
+        layer = SummarizingChatStorage(base, trigger_at=4, keep_last=1)
+        if layer.summaries != "store" or find_ability(base, TimeTravelStorage) is None:
+            pytest.skip("the stack keeps no checkpoints")
+        await layer.save_messages(KEY, _turns(6))
+        assert await layer.rewind(KEY, "m3") == 2
+        view = await layer.compact(KEY, summary="The user asked twice.")
+        assert [m.is_summary for m in view] == [True]
+        assert "The user asked twice." in str(view[0].content)
+        await layer.save(KEY, msg("after the summary", id="n1"))
+        assert _ids((await layer.fetch(KEY))[1:]) == ["n1"]
+        assert await layer.rewind(KEY, "n1") == 0
+        await layer.save_messages(KEY, _turns(4, "x"))
+        assert await layer.rewind(KEY, "x1") == 2
+        summarized = await layer.compact(KEY)  # the summarizer, over what the rewind kept
+        assert summarized[0].is_summary
+        assert "x2" not in _ids(summarized)
+        if harness.persistent:
+            worker = SummarizingChatStorage(base, trigger_at=4, keep_last=1)
+            assert await worker.fetch(KEY) == await layer.fetch(KEY)
+
     @pytest.mark.parametrize("scrub", [False, True], ids=["plain", "scrub"])
     async def test_provenance_rebuilds_the_view_a_reply_answered(
         self, base: ChatStorage, harness: StoreHarness, scrub: bool

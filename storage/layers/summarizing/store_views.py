@@ -368,8 +368,14 @@ class StoreViews(BaseViews[StoreState]):
                     # The leading system/developer prompt stays first, ahead of the summary.
                     pinned = pinned_prompt(state.stored, state.view[state.n_summary :])
                     messages = [mark_verbatim(pinned), message] if pinned else [message]
+                    # What the view holds, not head.last_seq: a rewind hides messages
+                    # whose sequence numbers the head still counts.
+                    covers_to = max(
+                        (seq for seq in state.seqs if seq is not None),
+                        default=state.checkpoint.covers_to if state.checkpoint else 0,
+                    )
                     checkpoint = fleet.new_checkpoint(
-                        messages, state.synced_seq, state.head.epoch, "manual", datetime.now(UTC)
+                        messages, covers_to, state.head.epoch, "manual", datetime.now(UTC)
                     )
                     base_version = state.cp_version
                 if await self._store_checkpoint(state, key, checkpoint, base_version):
