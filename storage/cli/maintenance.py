@@ -13,8 +13,9 @@ from typing import Any
 
 from storage.abilities import ListableStorage, RetentionStorage
 from storage.cli.browse import require_ability
-from storage.cli.commands import store_label
+from storage.cli.commands import conversation_key, store_label
 from storage.cli.confirm import confirm
+from storage.cli.conversation_file import DEFAULT_AGENT
 from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.transfer import require_listable
@@ -147,9 +148,9 @@ def _compacting_layer(stack: Stack) -> Any:
 async def _cmd_compact(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     key_parts = (args.user, args.session, args.agent)
     if any(part is not None for part in key_parts) or args.summary is not None:
-        if args.user is None or args.session is None:
-            raise ConfigError("compact one conversation: give --user and --session (and --agent)")
-        key = ChatKey(args.user, args.session, args.agent or "assistant")
+        if args.session is None:
+            raise ConfigError("compact one conversation: give --session (and --user, --agent)")
+        key = await conversation_key(stack, args.user, args.session, args.agent)
         layer = _compacting_layer(stack)
         if layer is None:
             raise ConfigError(
@@ -216,9 +217,15 @@ def _delete_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _compact_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--user", default=None, help="user of the conversation to compact now")
+    p.add_argument(
+        "--user", default=None, help="user of the conversation (default: the session's only one)"
+    )
     p.add_argument("--session", default=None, help="session of the conversation to compact now")
-    p.add_argument("--agent", default=None, help="agent of the conversation (default assistant)")
+    p.add_argument(
+        "--agent",
+        default=None,
+        help=f"agent of the conversation (default: the session's only one, else {DEFAULT_AGENT})",
+    )
     p.add_argument(
         "--summary",
         default=None,

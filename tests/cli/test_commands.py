@@ -238,6 +238,33 @@ def test_compact_one_conversation(db: Path, capsys: pytest.CaptureFixture[str]) 
     assert "needs a summarizing layer (summarize::...)" in err
 
 
+def test_compact_names_a_conversation_as_show_does(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --agent (and --user), compact takes the session's only agent and user, as
+    show does; with several it says which are there."""
+    async def save_support() -> None:
+        async with SQLiteChatStorage(db) as store:
+            await store.save_messages(ChatKey("cy", "desk", "support"), turn("lima", NOW, 6))
+
+    anyio.run(save_support)
+    stack_url = f"summarize::{url(db)}"
+    code, out, err = run(
+        capsys, "compact", "--url", stack_url, "--session", "desk", "--summary", "Lima.",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("compacted 'cy'/'desk'/'support' with the given summary")
+    shown = run_json(capsys, "show", "--url", stack_url, "--session", "desk")
+    assert shown["messages"][0]["content"] == framed("Lima.")
+    # "trip" has two agents and two users: the agent defaults to "assistant", the user is asked.
+    code, _, err = run(capsys, "compact", "--url", stack_url, "--session", "trip")
+    assert code == 1
+    assert "--user is needed" in err
+    code, _, err = run(capsys, "compact", "--url", stack_url, "--user", "ada")
+    assert code == 1
+    assert "give --session" in err
+
+
 # --- import --system ------------------------------------------------------------------------
 
 
