@@ -243,6 +243,7 @@ def test_compact_names_a_conversation_as_show_does(
 ) -> None:
     """Without --agent (and --user), compact takes the session's only agent and user, as
     show does; with several it says which are there."""
+
     async def save_support() -> None:
         async with SQLiteChatStorage(db) as store:
             await store.save_messages(ChatKey("cy", "desk", "support"), turn("lima", NOW, 6))
