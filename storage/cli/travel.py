@@ -236,6 +236,17 @@ async def show_as_of(
     travel = require_ability(stack, TimeTravelStorage, "show --as-of", "fetch_as_of")
     at = parse_as_of(at_text)
     messages = await travel.fetch_as_of(key, at)
+    if not messages and limit != 0:
+        timeline = await travel.fetch_timeline(key)
+        if timeline.messages:  # held nothing yet then: say where its record starts
+            first = timeline.messages[0]
+            when = f", at {first.created_at:%Y-%m-%dT%H:%M:%S}" if first.created_at else ""
+            shown = at.isoformat() if isinstance(at, datetime) else repr(at)
+            raise ConfigError(
+                f"{key} held no messages as of {shown}: its first message is sequence number "
+                f"{timeline.seqs[0]}{when} (id {first.id}); sequence numbers are the "
+                "store's, which may count across conversations"
+            )
     return safe_window(messages, limit), at
 
 

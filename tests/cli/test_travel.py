@@ -133,6 +133,11 @@ async def test_a_live_worker_sees_the_rewind_another_process_made(db: Path) -> N
     ]
     unknown = run("rewind", "--url", raw, "--session", "trip", "--to", LAST, check=1)
     assert "not a message of the view" in unknown.stderr
+    # Before its first message the record held nothing: the error says where it starts.
+    early = run("show", "--url", raw, "--session", "trip", "--as-of", "2020-01-01T00:00", check=1)
+    assert "held no messages as of" in early.stderr
+    assert "its first message is sequence number" in early.stderr
+    assert "(id u0)" in early.stderr
 
 
 @pytest.mark.anyio
