@@ -23,6 +23,7 @@ from storage.cli.transfer import (
     collect_stats,
     export_conversations,
     import_conversations,
+    record_reader,
     require_listable,
 )
 from storage.cli.words import plural
@@ -214,7 +215,7 @@ async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
             out.json({"view": view, "as_of": str(at), **conversation_record(key, messages)})
             return 0
         return _print_view(out, key, messages, view_name, args.limit)
-    source = stack.base if args.raw else stack
+    source = record_reader(stack) if args.raw else stack
     messages = await source.fetch(key, limit=args.limit)
     view = "raw" if args.raw else "model"
     if out.json_mode:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TextIO
+from typing import TextIO, cast
 
 import attrs
 
@@ -19,9 +19,10 @@ from storage.cli.conversation_file import Conversation, conversation_record
 from storage.cli.transcript import markdown_conversation
 from storage.codec import encode
 from storage.config.stack import Stack, describe_lines
-from storage.errors import ConfigError
+from storage.errors import ConfigError, InvalidMessageError
 from storage.message import ChatKey, ChatMessage
 from storage.migrate.journal import is_reserved
+from storage.protocol import ChatStorage
 
 __all__ = [
     "Stats",
@@ -29,6 +30,7 @@ __all__ = [
     "export_conversations",
     "import_conversations",
     "iter_conversations",
+    "record_reader",
     "require_listable",
 ]
 
@@ -48,22 +50,44 @@ def require_listable(stack: Stack) -> ListableStorage:
     return found
 
 
+def record_reader(stack: Stack) -> ChatStorage:
+    """The component that reads the raw record as the stack gives it back: the one below the
+    innermost layer that makes a model view (summarizing, strict), so an encrypting layer
+    still opens what it sealed (the store alone would give ciphertext); the stack itself when
+    no layer makes a view."""
+    from storage.layers.strict import StrictViewChatStorage
+    from storage.layers.summarizing import SummarizingChatStorage
+
+    parts = stack.components()
+    reader: object = stack
+    for index, part in enumerate(parts[:-1]):
+        if isinstance(part, SummarizingChatStorage | StrictViewChatStorage):
+            reader = parts[index + 1]
+    return cast(ChatStorage, reader)
+
+
 async def iter_conversations(
-    stack: Stack, *, user_id: str | None = None, session_id: str | None = None
+    stack: Stack,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    as_stored: bool = False,
 ) -> AsyncIterator[tuple[ChatKey, list[ChatMessage]]]:
-    """Every stored conversation (raw, from the innermost store), in key order; the layers'
-    own bookkeeping (a mirror's marks of what its secondary missed) is left out.
+    """Every stored conversation's raw record, in key order, as the stack reads it back
+    (:func:`record_reader`: opened by an encrypting layer) or, with ``as_stored``, as the
+    innermost store holds it; the layers' own bookkeeping (a mirror's marks of what its
+    secondary missed) is left out.
 
     Raises:
         ConfigError: the store cannot list its keys.
-        ChatStorageError: from the store.
+        ChatStorageError: from the store (or a layer: a key the keyring lacks).
     """
     keys = await require_listable(stack).list_keys(user_id, session_id)
-    base = stack.base
+    reader = stack.base if as_stored else record_reader(stack)
     for key in keys:
         if is_reserved(key.user_id):
             continue
-        yield key, await base.fetch(key)
+        yield key, await reader.fetch(key)
 
 
 async def export_conversations(
@@ -127,8 +151,11 @@ async def import_conversations(
     failure midway.
 
     Raises:
+        InvalidMessageError: a message holds text an encrypting layer sealed (an export read
+            past the layer that opens it); nothing is saved.
         ChatStorageError: from the stack (the conversations saved before stay stored).
     """
+    _refuse_sealed(conversations)
     stored = skipped = 0
     for conversation in conversations:
         new = await stack.save_messages(conversation.key, conversation.messages)
@@ -137,6 +164,22 @@ async def import_conversations(
         if on_conversation is not None:
             on_conversation()
     return stored, skipped
+
+
+def _refuse_sealed(conversations: Sequence[Conversation]) -> None:
+    """Refuse ciphertext: saved, it would be stored as text (sealed again by an encrypting
+    layer), a conversation that reads as ``ce1:…`` forever."""
+    from storage.layers.encrypting.cipher import is_token
+
+    for conversation in conversations:
+        for index, message in enumerate(conversation.messages):
+            if is_token(message.content):
+                raise InvalidMessageError(
+                    f"{conversation.where}: message {index} is text sealed by an encrypting "
+                    "layer (ce1:…), not a message: export it again through its stack, with the "
+                    "keyring and master keys, which opens it (`chatlayers export --url "
+                    "'encrypt?keyring=…::…'`); nothing was imported"
+                )
 
 
 @attrs.define
@@ -163,7 +206,7 @@ async def collect_stats(stack: Stack, *, user_id: str | None = None) -> Stats:
     sessions: set[tuple[str, str]] = set()
     agents: set[str] = set()
     stats = Stats()
-    async for key, history in iter_conversations(stack, user_id=user_id):
+    async for key, history in iter_conversations(stack, user_id=user_id, as_stored=True):
         if not history:
             continue
         users.add(key.user_id)
