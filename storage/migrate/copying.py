@@ -52,7 +52,8 @@ class KeyCopy:
     Attributes:
         key: the conversation.
         messages: messages in the source; ``messages_copied``: written to the target.
-        checkpoint: whether the source has a checkpoint; ``checkpoint_copied``: written.
+        checkpoint: whether the source has a checkpoint (current, or kept versions of one);
+            ``checkpoint_copied``: written.
         records: records in the source; ``records_copied``: written to the target.
         rewritten: the target's record was replaced (it was not a prefix of the source's).
         deleted: the source holds nothing and the target's conversation was deleted.
@@ -106,7 +107,10 @@ async def _sync_once(
     source: Side, target: Side, key: ChatKey, src: Snapshot, tgt: Snapshot, batch: int
 ) -> KeyCopy | None:
     """One attempt of :func:`sync_key`; ``None`` when a concurrent write got in the way."""
-    done = KeyCopy(key, len(src.messages), 0, src.checkpoint is not None, False, len(src.records))
+    # A checkpoint counts whether current or only kept as versions (a rewind or replace
+    # dropped the current one): both are copied.
+    has_checkpoint = src.checkpoint is not None or bool(src.versions)
+    done = KeyCopy(key, len(src.messages), 0, has_checkpoint, False, len(src.records))
     if src.empty:
         if not tgt.empty:
             await target.storage.delete(key)

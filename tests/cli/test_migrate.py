@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from storage import open_storage
+from storage.abilities import CheckpointStorage, find_ability
 from storage.cli import main
 from storage.cli.replay import REPLAY_URL
 from storage.message import ChatKey
@@ -226,3 +227,27 @@ def test_usage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert not (tmp_path / "missing.db").exists()  # the source is never created
     assert main(["verify", "--url", "memory://", "--from", "memory://", "--to", "memory://"]) == 1
     assert "takes --from and --to" in capsys.readouterr().err
+
+
+def test_a_checkpoint_a_rewind_dropped_counts_in_the_source_as_it_is_copied(
+    tmp_path: Path,
+) -> None:
+    """A rewind to before what the summary covered drops the current checkpoint and keeps
+    its versions: migrate copies them and counts them on both sides (it said 0 in the source
+    and 1 copied)."""
+    source, target = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    key = ChatKey("ada", "trip", "support")
+
+    async def summarize_then_rewind() -> None:
+        async with open_storage(f"summarize?trigger_at=2&keep_last=1::{source}") as stack:
+            await stack.save_messages(key, conversation(1, turns=6))
+            assert (await stack.fetch(key))[0].is_summary
+            await stack.rewind(key, (await stack.base.fetch(key))[1].id)
+            checkpoints = find_ability(stack.base, CheckpointStorage)
+            assert checkpoints is not None
+            assert await checkpoints.load_checkpoint(key) is None
+
+    anyio.run(summarize_then_rewind)
+    report = run_json("migrate", "--from", source, "--to", target)
+    assert report["checkpoints"] == report["checkpoints_copied"] == 1
+    assert run_json("verify", "--from", source, "--to", target)["equal"] is True
