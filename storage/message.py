@@ -185,10 +185,7 @@ class ChatMessage:
                 raise InvalidMessageError(
                     f"'tool_calls' must be a list, got {type(raw_calls).__name__}"
                 )
-            try:
-                calls = tuple(ToolCall.from_openai(c) for c in raw_calls)
-            except (KeyError, TypeError, AttributeError) as exc:
-                raise InvalidMessageError(f"malformed tool call in 'tool_calls': {exc!r}") from exc
+            calls = tuple(_tool_call(index, c) for index, c in enumerate(raw_calls))
         extra = None
         if not NAMED_FIELDS.issuperset(data):
             extra = {k: v for k, v in data.items() if k not in NAMED_FIELDS}
@@ -307,6 +304,21 @@ class AgentMessage:
 
     agent_id: str
     message: ChatMessage
+
+
+def _tool_call(index: int, data: Any) -> ToolCall:
+    """Tool call ``index`` of an OpenAI message, named in the error when malformed."""
+    shape = "{'id', 'type': 'function', 'function': {'name', 'arguments'}}"
+    try:
+        return ToolCall.from_openai(data)
+    except KeyError as exc:
+        raise InvalidMessageError(
+            f"tool call {index} in 'tool_calls' has no {exc.args[0]!r}: a tool call is {shape}"
+        ) from None
+    except (TypeError, AttributeError):
+        raise InvalidMessageError(
+            f"tool call {index} in 'tool_calls' is not {shape}: got {data!r:.200}"
+        ) from None
 
 
 def utc_now() -> datetime:

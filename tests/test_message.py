@@ -105,8 +105,14 @@ def test_from_openai_rejects_garbage() -> None:
         ChatMessage.from_openai(["user", "x"])  # type: ignore[arg-type]
     with pytest.raises(InvalidMessageError, match="role"):
         ChatMessage.from_openai({"content": "x"})
-    with pytest.raises(InvalidMessageError, match="tool call"):
+    with pytest.raises(InvalidMessageError, match="tool call 0 in 'tool_calls' has no 'function'"):
         ChatMessage.from_openai({"role": "assistant", "tool_calls": [{"id": "x"}]})
+    no_arguments = {"id": "x", "function": {"name": "find"}}
+    ok = {"id": "y", "function": {"name": "find", "arguments": "{}"}}
+    with pytest.raises(InvalidMessageError, match="tool call 1 in 'tool_calls' has no 'arguments'"):
+        ChatMessage.from_openai({"role": "assistant", "tool_calls": [ok, no_arguments]})
+    with pytest.raises(InvalidMessageError, match="tool call 0 in 'tool_calls' is not"):
+        ChatMessage.from_openai({"role": "assistant", "tool_calls": ["find()"]})
 
 
 def test_agent_squad_shape() -> None:

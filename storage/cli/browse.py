@@ -38,6 +38,8 @@ def require_ability(stack: Stack, ability: type[A], what: str, method: str) -> A
             for line, component in zip(lines, stack.components(), strict=False)
             if not isinstance(component, ability)
         ]
+        hiding = [line for line in missing if line.endswith(_HIDES)]
+        missing = hiding or missing  # the layers above only lack what a hiding one took
         raise ConfigError(
             f"{what} needs {ability.__name__}.{method}(), which this stack does not offer: "
             f"{'; '.join(missing) or lines[-1] + ' does not implement it'}"
@@ -45,12 +47,15 @@ def require_ability(stack: Stack, ability: type[A], what: str, method: str) -> A
     return found
 
 
+_HIDES = "hides it (its declaration: it cannot offer it over what it stores)"
+
+
 def _why_not(component: object, ability: type) -> str:
     """Why ``component`` lacks ``ability``: a layer's declaration says whether it hides it on
     purpose (an encrypting layer cannot search ciphertext)."""
     declared = getattr(type(component), "abilities", None)
     if isinstance(declared, Abilities) and declared.offers(ability) is False:
-        return "hides it (its declaration: it cannot offer it over what it stores)"
+        return _HIDES
     return "does not implement it"
 
 

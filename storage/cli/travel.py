@@ -92,7 +92,7 @@ async def _cmd_fork(args: argparse.Namespace, out: Output, stack: Stack) -> int:
             {"source": _key_json(key), "fork": _key_json(new_key), "at": args.at, "copied": copied}
         )
         return 0
-    where = f"up to message {args.at!r}" if args.at else "its whole view"
+    where = f"up to message {args.at!r}" if args.at else "its whole record"
     out.text(f"forked {key} ({where}) into {new_key}: {plural(copied, 'message')} copied")
     return 0
 

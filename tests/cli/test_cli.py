@@ -443,6 +443,7 @@ def test_import_refused_whole_on_first_bad_line(
     code, _, err = run(capsys, "stats", "--url", f"sqlite:///{db}")
     assert code == 1
     assert "no SQLite database" in err  # read-only commands never create an empty one
+    assert "none is made: check the path" in err
 
 
 def test_import_bad_json_and_bad_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -123,6 +123,27 @@ def test_search_finds_only_the_users_messages(db: Path, capsys: pytest.CaptureFi
     assert re.match(r"\d+ hits? for 'bergen'", out)
 
 
+HIDES = "hides it (its declaration: it cannot offer it over what it stores)"
+
+
+def test_search_through_an_encrypting_layer_names_the_layer_that_hides_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.layers.encrypting import DEFAULT_KEY_ENV, new_master_key
+
+    monkeypatch.setenv(DEFAULT_KEY_ENV, new_master_key())
+    ring = tmp_path / "keyring.db"
+    stack = (
+        f"summarize::scrub::encrypt?keyring={ring}&create_keyring=true::{url(tmp_path / 'e.db')}"
+    )
+    code, _, err = run(capsys, "search", "--url", stack, "--user", "ada", "oslo")
+    assert code == 1
+    named = err.split("which this stack does not offer: ")[1]
+    assert named.startswith("EncryptingChatStorage(keyring=")
+    assert named.rstrip().endswith(HIDES)
+    assert "does not implement it" not in err  # the layers above only pass on what it hid
+
+
 def test_a_stack_without_the_ability_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     from storage.config.registry import registry
     from tests.cli.test_cli import UnlistedStore

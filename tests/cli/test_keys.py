@@ -209,6 +209,7 @@ def test_a_missing_keyring_is_named_and_keys_init_makes_one(
     assert code == 1
     assert str(tmp_path / "keyring.db") in err
     assert "does not exist" in err
+    assert "is the volume holding it mounted? " in err  # a question, then the hint
     assert "chatlayers keys init" in err
     assert not (tmp_path / "keyring.db").exists()  # status made no keyring
     code, out, _ = run(capsys, "keys", "init", "--url", stack)

@@ -66,7 +66,10 @@ class SQLiteKeyring:
     # --- opening -------------------------------------------------------------------------
 
     def _missing(self, why: str) -> KeyringMissingError:
-        return KeyringMissingError(f"encrypt: no keyring at {self.location}: {why}. {CREATE_HINT}")
+        end = " " if why.endswith(("?", ".")) else ". "
+        return KeyringMissingError(
+            f"encrypt: no keyring at {self.location}: {why}{end}{CREATE_HINT}"
+        )
 
     def _connect(self) -> sqlite3.Connection:
         try:

@@ -32,7 +32,10 @@ def connect(
     try:
         if on_disk and not os.path.exists(path):
             if not create:
-                raise StorageUnavailableError(f"no SQLite database at {path!r} (create=False)")
+                raise StorageUnavailableError(
+                    f"no SQLite database at {path!r} (opened with create=False, so none is "
+                    "made: check the path)"
+                )
             _make_private_dirs(Path(path).parent)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(
