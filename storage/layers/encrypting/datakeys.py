@@ -279,6 +279,8 @@ class DataKeys:
             if sequenced is not None:
                 head = await sequenced.head(key)
                 tail = (await sequenced.fetch_since(key, max(0, head.last_seq - 1))).messages
+                if not tail and head.last_seq:  # the newest were hidden by a rewind
+                    tail = tuple(await self._below.fetch(key, limit=1))
             else:
                 tail = tuple(await self._below.fetch(key, limit=5))
             if tail:

@@ -244,3 +244,24 @@ async def test_a_missing_server_keyring_is_named_with_its_password_redacted(
     assert f"redis://:***@127.0.0.1:{server.port}/0" in message
     assert "keys init" in message
     await stack.aclose()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_save_beside_unreadable_data_is_refused_after_a_rewind_too(
+    tmp_path: Path, kind: str
+) -> None:
+    """The check reads the user's newest message; a rewind hides the newest sequence
+    numbers, so the check reads the newest visible one instead of finding nothing."""
+    async with layer(tmp_path, kind, create_keyring=True) as first:
+        await first.save(ADA, ChatMessage("user", "kept"))
+    shutil.copytree(tmp_path / "ring", tmp_path / "backup")
+    async with layer(tmp_path, kind) as first:
+        await first.save(BOB, ChatMessage("user", "made after the backup", id="b1"))
+        await first.save(BOB, ChatMessage("assistant", "hidden by the rewind", id="b2"))
+        assert await first.rewind(BOB, "b1") == 1
+    shutil.rmtree(tmp_path / "ring")
+    shutil.copytree(tmp_path / "backup", tmp_path / "ring")  # the newest keyring is lost
+    async with layer(tmp_path, kind) as restored:
+        await restored.accept_keyring()
+        with pytest.raises(DataKeyMissingError, match="a save for user 'bob' is refused"):
+            await restored.save(BOB, ChatMessage("user", "would sit beside unreadable data"))
