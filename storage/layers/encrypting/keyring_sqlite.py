@@ -10,6 +10,7 @@ by an older release (``data_keys`` alone) gets the other two tables when first o
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -20,6 +21,9 @@ from typing import Any, Final
 from storage.errors import ConflictError, StorageUnavailableError
 from storage.layers.encrypting.errors import CREATE_HINT, KeyringMissingError
 from storage.layers.encrypting.keyring_base import KeyringState, WrappedKey
+from storage.stores.sqlite.wal import truncate_wal
+
+log = logging.getLogger("storage.layers.encrypting")
 
 __all__ = ["SQLiteKeyring"]
 
@@ -159,9 +163,20 @@ class SQLiteKeyring:
             raise StorageUnavailableError(f"keyring {self.location}: {exc}") from exc
 
     def _wipe_wal(self) -> None:
-        # Old versions of a changed page stay in -wal until a checkpoint: copy them back
-        # (where secure_delete has zeroed the old cells) and truncate the log.
-        self._run("PRAGMA wal_checkpoint(TRUNCATE)")
+        # Old versions of a changed page (a destroyed wrapped key) stay in -wal until a
+        # checkpoint: copy them back (where secure_delete zeroed the old cells) and truncate
+        # the log, retried while other processes keep it busy; the next erasure tries again.
+        try:
+            done = truncate_wal(self._conn(), self._busy)
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"keyring {self.location}: {exc}") from exc
+        if not done:
+            log.warning(
+                "keyring %s: other connections kept the write-ahead log busy for %g s: "
+                "the destroyed key's wrapped copy may remain in its -wal until the next erasure",
+                self.location,
+                self._busy,
+            )
 
     # --- Keyring -------------------------------------------------------------------------
 
@@ -221,13 +236,12 @@ class SQLiteKeyring:
             row = db.execute(
                 "SELECT key_id FROM data_keys WHERE user_id = ?", (user_id,)
             ).fetchone()
-            if row is None:
-                return None
-            db.execute("DELETE FROM data_keys WHERE user_id = ?", (user_id,))
-            db.execute("INSERT OR IGNORE INTO erased_keys VALUES (?, ?)", (row[0], time.time()))
-            db.execute(_RAISE)
-        self._wipe_wal()
-        return str(row[0])
+            if row is not None:
+                db.execute("DELETE FROM data_keys WHERE user_id = ?", (user_id,))
+                db.execute("INSERT OR IGNORE INTO erased_keys VALUES (?, ?)", (row[0], time.time()))
+                db.execute(_RAISE)
+        self._wipe_wal()  # also on a retry, when an earlier call's wipe found the log busy
+        return None if row is None else str(row[0])
 
     async def erased(self, key_id: str) -> bool:
         row = self._run("SELECT 1 FROM erased_keys WHERE key_id = ?", (key_id,)).fetchone()

@@ -208,7 +208,7 @@ class SQLiteChatStorage(BaseStore):
         """After messages were erased: forget them, and truncate the WAL holding them."""
         self._cache.discard(seqs)
         if self.path != ":memory:":
-            wipe_wal(self._conn, self.describe())
+            wipe_wal(self._conn, self.describe(), self.busy_timeout)
 
     # --- ChatStorage hooks ---------------------------------------------------------------
 

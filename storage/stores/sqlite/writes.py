@@ -18,6 +18,7 @@ from storage.codec import encode
 from storage.errors import StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.sqlite import fts, tallies
+from storage.stores.sqlite.wal import copy_wal, truncate_wal
 from storage.stores.times import from_us, to_us
 
 __all__ = [
@@ -144,20 +145,27 @@ def next_seq(conn: sqlite3.Connection) -> int:
     return int(top) + 1
 
 
-def wipe_wal(conn: sqlite3.Connection, where: str, attempts: int = 3) -> None:
+def wipe_wal(conn: sqlite3.Connection, where: str, seconds: float) -> None:
     """Copy the write-ahead log into the database and truncate it to zero bytes, so frames
     holding erased rows are gone from ``-wal`` (``secure_delete`` zeroed them in the main
-    file). Waits for other connections' readers up to the busy timeout, a few times.
+    file), retrying for up to ``seconds`` while other connections keep it busy
+    (:func:`~storage.stores.sqlite.wal.truncate_wal`).
 
     Raises:
-        StorageUnavailableError: other connections kept reading throughout (the rows are
-            deleted, but older copies may remain in ``-wal`` until the next checkpoint).
+        StorageUnavailableError: other connections kept it busy throughout. The rows are
+            deleted; the message says where older copies remain: only in ``-wal`` when every
+            frame could still be copied into the database (its readers were on the newest
+            snapshot), else in the database file too, until the next checkpoint.
     """
-    for _ in range(attempts):
-        (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if not busy:
-            return
+    if truncate_wal(conn, seconds):
+        return
+    left = (
+        "the -wal file (not the database file) until it is next reset"
+        if copy_wal(conn)
+        else "the database file and its -wal until their next checkpoint"
+    )
     raise StorageUnavailableError(
-        f"{where}: the rows are deleted, but other connections kept the write-ahead log busy, "
-        "so older copies may remain in the -wal file until its next checkpoint"
+        f"{where}: the rows are deleted, but other connections kept the write-ahead log busy "
+        f"for {seconds:g} s, so older copies may remain in {left}; call again once they are "
+        "idle to finish"
     )

@@ -128,3 +128,92 @@ async def test_wal_is_empty_after_erasure_even_with_a_reader_between_calls(
         assert wal.stat().st_size == 0
         assert_gone(path, ["x1"])
         assert await reader.fetch(key) == []
+
+
+async def test_an_erasure_a_reader_holds_back_says_where_copies_remain_and_a_retry_finishes(
+    tmp_path: Path,
+) -> None:
+    """Another process in a long read transaction (an older snapshot) keeps the log from
+    being copied and emptied: the rows are deleted, the error says copies remain in the
+    database file and its -wal, and the same call once the reader is done erases them."""
+    import sqlite3
+
+    from storage.errors import StorageUnavailableError
+
+    path = tmp_path / "chats.db"
+    key = ChatKey("ann", "s", "a")
+    async with SQLiteChatStorage(path, busy_timeout=0.05) as store:
+        await fill(store, key, "held1")
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM messages").fetchone()[0] > 0
+        with pytest.raises(StorageUnavailableError, match="the database file and its -wal"):
+            await store.delete_user("ann")
+        assert await store.fetch(key) == []  # deleted all the same
+        reader.execute("COMMIT")
+        reader.close()
+        await store.delete_user("ann")  # the retry the error asks for
+        assert_gone(path, ["held1"])
+
+
+def test_a_reader_on_the_newest_snapshot_leaves_copies_in_the_wal_only(tmp_path: Path) -> None:
+    """A reader that began after the delete keeps the log from being emptied but not from
+    being copied: the database file no longer holds the erased text, and the error says so."""
+    import sqlite3
+
+    from storage.errors import StorageUnavailableError
+    from storage.stores.sqlite.writes import wipe_wal
+
+    path = tmp_path / "w.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA secure_delete=ON")
+    conn.execute("PRAGMA busy_timeout=50")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (x TEXT)")
+    conn.execute("INSERT INTO t VALUES (?)", ("markerzq " * 50,))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert b"markerzq" in path.read_bytes()  # the text is in the main file (the grep works)
+    conn.execute("DELETE FROM t")
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # the newest snapshot
+    with pytest.raises(StorageUnavailableError, match=r"the -wal file \(not the database file\)"):
+        wipe_wal(conn, "test", 0.05)
+    assert b"markerzq" not in path.read_bytes()
+    reader.execute("COMMIT")
+    wipe_wal(conn, "test", 0.05)
+    assert b"markerzq" not in raw(path)
+    reader.close()
+    conn.close()
+
+
+class _BusyThenFree:
+    """A connection whose checkpoint answers busy ``times`` times at once (as SQLite does,
+    without its busy handler, while another connection checkpoints)."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+        self.calls = 0
+
+    def execute(self, sql: str) -> _BusyThenFree:
+        assert sql == "PRAGMA wal_checkpoint(TRUNCATE)"
+        self.calls += 1
+        return self
+
+    def fetchone(self) -> tuple[int, int, int]:
+        return (1 if self.calls <= self.times else 0, 0, 0)
+
+
+def test_truncating_the_wal_retries_an_immediate_busy_until_its_deadline() -> None:
+    import sqlite3
+    import typing
+
+    from storage.stores.sqlite.wal import truncate_wal
+
+    freed = _BusyThenFree(5)
+    assert truncate_wal(typing.cast(sqlite3.Connection, freed), 2.0)
+    assert freed.calls == 6  # three attempts in a row, as before, would have given up
+    never = _BusyThenFree(10**9)
+    assert not truncate_wal(typing.cast(sqlite3.Connection, never), 0.05)
+    assert 2 <= never.calls < 100  # paused between attempts, stopped at the deadline
