@@ -118,13 +118,15 @@ async def _covering(
     """The checkpoint to carry and the id of the last message it covers, or ``None``."""
     epoch = timeline.head.epoch
     now = timeline.entries()
+    read = {seq for seq, _ in now}
     checkpoint: SummaryCheckpoint | None = await stack.load_checkpoint(key)
     version = checkpoint.version if checkpoint is not None else 0
     for _ in range(_MAX_VERSIONS):
         if checkpoint is None or checkpoint.epoch != epoch:
             return None  # none, or of an older epoch: every version before it is older still
         covers = checkpoint.covers_to
-        had = [m.id for seq, m in now if seq <= covers]
+        # A checkpoint made after the timeline was read covers messages it does not hold.
+        had = [m.id for seq, m in now if seq <= covers] if covers in read else []
         if had and had == [m.id for seq, m in copied if seq <= covers]:
             return checkpoint, had[-1]
         version -= 1

@@ -109,6 +109,43 @@ class TimeTravelTests:
             await travel.fork(KEY, SIBLING, at="no such message")
         assert await store.fetch(SIBLING) == []
 
+    async def test_a_fork_never_carries_a_checkpoint_made_after_it_read_the_record(
+        self, store: ChatStorage
+    ) -> None:
+        """A turn and a summary covering it land between the fork's read of the record and
+        its read of the checkpoint: the fork carries the older checkpoint (covering only
+        copied messages), never the newer one, whose summary tells of a turn not copied."""
+        from storage.abilities.forking import fork_by_copy
+
+        found = find_ability(store, CheckpointStorage)
+        if found is None or find_ability(store, TimeTravelStorage) is None:
+            pytest.skip("the store keeps no checkpoints")
+        cps = found
+        await store.save_messages(KEY, _turns(6))
+        seqs = (await cps.fetch_since(KEY, 0)).seqs
+        first = await _checkpoint(cps, KEY, "up to m3", seqs[3], 0)
+
+        class Racing:
+            """The store, with another worker's turn and summary landing after the read."""
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(store, name)
+
+            async def fetch_timeline(self, key: ChatKey) -> object:
+                read = await need(store, TimeTravelStorage).fetch_timeline(key)
+                await store.save_messages(KEY, _turns(2, "late"))
+                newest = (await cps.fetch_since(KEY, 0)).seqs[-1]
+                await _checkpoint(cps, KEY, "up to late1", newest, first.version)
+                return read
+
+        assert await fork_by_copy(Racing(), KEY, FORKED, None) == 6
+        assert _ids(await store.fetch(FORKED)) == [f"m{i}" for i in range(6)]
+        carried = await cps.load_checkpoint(FORKED)
+        assert carried is not None
+        assert "up to m3" in str(carried.messages[0].content)
+        tail = await cps.fetch_since(FORKED, carried.covers_to)
+        assert _ids(list(tail.messages)) == ["m4", "m5"]
+
     # --- rewind ----------------------------------------------------------------------------
 
     async def test_rewind_hides_without_deleting(self, store: ChatStorage) -> None:
