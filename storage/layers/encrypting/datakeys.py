@@ -276,12 +276,11 @@ class DataKeys:
         sequenced = find_ability(self._below, SequencedStorage)
         out: list[tuple[ChatKey, ChatMessage]] = []
         for key in keys[:most]:
+            tail: tuple[ChatMessage, ...] = ()
             if sequenced is not None:
                 head = await sequenced.head(key)
                 tail = (await sequenced.fetch_since(key, max(0, head.last_seq - 1))).messages
-                if not tail and head.last_seq:  # the newest were hidden by a rewind
-                    tail = tuple(await self._below.fetch(key, limit=1))
-            else:
+            if not tail:  # no sequence numbers, or the newest hidden by a rewind
                 tail = tuple(await self._below.fetch(key, limit=5))
             if tail:
                 out.append((key, tail[-1]))

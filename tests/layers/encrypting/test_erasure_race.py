@@ -102,6 +102,30 @@ class Plain(ChatStorageWrapper):
     """A layer offering only the protocol and listing: no head, no compare-and-replace."""
 
 
+async def erase_during_a_save(
+    saver: EncryptingChatStorage, eraser: EncryptingChatStorage
+) -> list[ConflictError]:
+    """The saver's next save sealed, its write held until the eraser erased ada, then let
+    land: the refusals it got."""
+    held = holding(saver)
+    hold = held.hold = anyio.Event()
+    entered = held.entered = anyio.Event()
+    refused: list[ConflictError] = []
+
+    async def racing_save() -> None:
+        try:
+            await saver.save(ADA, ChatMessage("user", "sealed under the key being destroyed"))
+        except ConflictError as exc:
+            refused.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(racing_save)
+        await entered.wait()  # sealed, its write not landed yet
+        await eraser.delete_user("ada")
+        hold.set()
+    return refused
+
+
 HeldSQLite = _held(SQLiteChatStorage)
 HeldJsonl = _held(JsonlChatStorage)
 
@@ -146,21 +170,7 @@ async def test_a_save_landing_after_another_instance_erased_its_user_is_refused(
     saver = layer(tmp_path, kind, held=True, plain=plain)
     eraser = layer(tmp_path, kind)
     await saver.save(ADA, ChatMessage("user", "before"))
-    hold = holding(saver).hold = anyio.Event()
-    entered = holding(saver).entered = anyio.Event()
-    outcome: list[BaseException] = []
-
-    async def racing_save() -> None:
-        try:
-            await saver.save(ADA, ChatMessage("user", "sealed under the key being destroyed"))
-        except ConflictError as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(racing_save)
-        await entered.wait()  # sealed, its write not landed yet
-        await eraser.delete_user("ada")
-        hold.set()
+    outcome = await erase_during_a_save(saver, eraser)
     assert len(outcome) == 1, "the save was acknowledged under a destroyed key"
     assert "erased while this write ran" in str(outcome[0])
     assert await eraser.fetch(ADA) == []
@@ -187,28 +197,15 @@ async def test_undoing_a_refused_write_never_deletes_a_returning_users_save(
         layer(tmp_path, kind),
     )
     await saver.save(ADA, ChatMessage("user", "before"))
-    held = holding(saver)
-    hold, entered = held.hold, held.entered = anyio.Event(), anyio.Event()
     acknowledged: list[str] = []
 
     async def return_meanwhile() -> None:
         stored = await returning.save(ADA, ChatMessage("user", "back"))
         acknowledged.append(stored[0].id)
 
+    held = holding(saver)
     held.after_read, held.phase = return_meanwhile, phase
-    refused: list[ConflictError] = []
-
-    async def racing_save() -> None:
-        try:
-            await saver.save(ADA, ChatMessage("user", "sealed under the key being destroyed"))
-        except ConflictError as exc:
-            refused.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(racing_save)
-        await entered.wait()
-        await eraser.delete_user("ada")
-        hold.set()
+    refused = await erase_during_a_save(saver, eraser)
     assert len(refused) == 1  # the undo ran
     assert len(acknowledged) == 1  # the return landed meanwhile
     for stack in (saver, eraser, returning):
