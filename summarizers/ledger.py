@@ -2,7 +2,8 @@
 
 A tool result that is JSON becomes ledger entries. A result that is one record (it has an
 identity: a ``*_id``, ``id``, ``*_number``, ``sku`` or ``code`` key, or the call was made for
-one: ``get_user_details(user_id=...)``) is one entry holding everything it says, nested
+one: ``get_user_details(user_id=...)``, ``apply_coupon(order_id=..., code=...)`` whose result
+only echoes the code) is one entry holding everything it says, nested
 records inline: ``reservation H9ZU1C: DTW→JFK, flight_type=one_way, cabin=economy,
 flights=[(HAT097, DTW→JFK, date=2024-05-17, price=$255)]``. A list of records (search
 results, an order list) gives one entry per record, marked as *listed*: those are options
@@ -398,19 +399,33 @@ def json_entries(
         value: the decoded result.
         name: the tool's name.
         source: id of the tool message.
-        arguments: the call's decoded arguments: an identity among them names a result
-            that has none of its own (``get_user_details(user_id=...)`` → ``user ...``).
+        arguments: the call's decoded arguments: their first identity names a result that
+            has none of its own (``get_user_details(user_id=...)`` → ``user ...``), or whose
+            only identity echoes another argument and which never mentions the first
+            (``apply_coupon(order_id=ORD-1, code=SPRING15)`` → ``{"code": "SPRING15",
+            "new_total": 67.15}`` is about ``order ORD-1``: keyed by the coupon, two orders'
+            coupons would be one entry, the newer replacing the older).
     """
     entries: list[Entry] = []
-    if isinstance(value, Mapping) and identity_of(value) is None and arguments:
-        asked = identity_of(arguments)
-        if asked is not None and value:
-            _key, label, ident = asked
-            text = compact_value(value)
-            entries.append(Entry(f"{label or name} {ident}", text, source))
+    asked = identity_of(arguments) if arguments else None
+    if isinstance(value, Mapping) and value and asked is not None:
+        _key, label, ident = asked
+        own = identity_of(value)
+        if own is None or (_echoes(own, arguments, _key) and ident not in json.dumps(value)):
+            entries.append(Entry(f"{label or name} {ident}", compact_value(value), source))
             return entries
     _collect(value, name, source, entries, listed=False)
     return entries or None
+
+
+def _echoes(
+    identity: tuple[str, str, str], arguments: Mapping[str, Any] | None, first: str
+) -> bool:
+    """Whether a result's ``identity`` is the value of an argument other than the call's
+    ``first`` identity argument (the coupon code the call applied)."""
+    key, _label, value = identity
+    given = (arguments or {}).get(key)
+    return key != first and given is not None and str(given) == value
 
 
 def _collect(value: Any, owner: str, source: str, out: list[Entry], *, listed: bool) -> None:

@@ -43,6 +43,35 @@ def test_a_result_without_identity_takes_the_one_of_its_call() -> None:
     assert entry.text == "name=Ava, cards=(credit_card_98=$5)"  # the nested id once
 
 
+def test_a_result_echoing_an_argument_is_about_the_record_the_call_names() -> None:
+    # The coupon's code is what the call passed: the result is about the order, so two
+    # orders' coupons are two entries (keyed by the code, the newer replaced the older).
+    coupon = {"code": "SPRING15", "discount": 11.85, "new_total": 67.15}
+    arguments = {"order_id": "ORD-1", "code": "SPRING15"}
+    (entry,) = json_entries(coupon, "apply_coupon", "m1", arguments) or []
+    assert entry.key == "order ORD-1"
+    assert entry.text == "code=SPRING15, discount=$11.85, new_total=$67.15"
+    other = json_entries(coupon, "apply_coupon", "m2", {**arguments, "order_id": "ORD-2"}) or []
+    ledger = merge([entry], other)
+    assert [e.key for e in ledger] == ["order ORD-1", "order ORD-2"]
+    # A result naming the call's record, or a new record of its own, keeps its identity.
+    updated = {"reservation_id": "H9ZU1C", "payment_id": "gift_card_1", "cabin": "business"}
+    args = {"reservation_id": "H9ZU1C", "payment_id": "gift_card_1"}
+    assert [e.key for e in json_entries(updated, "update", "m3", args) or []] == [
+        "reservation H9ZU1C"
+    ]
+    refund = {"refund_id": "re_1", "payment_id": "pm_1", "amount": 5}
+    args = {"customer_id": "cus_1", "payment_id": "pm_1"}
+    assert [e.key for e in json_entries(refund, "issue_refund", "m4", args) or []] == [
+        "refund re_1"
+    ]
+    # The echo of the record the call names elsewhere in the result: the result's own key.
+    echoed = {"code": "SPRING15", "order": "ORD-1", "new_total": 67.15}
+    assert [e.key for e in json_entries(echoed, "apply_coupon", "m5", arguments) or []] == [
+        "apply coupon SPRING15"
+    ]
+
+
 def test_lists_of_records_are_options_and_wrappers_are_opened() -> None:
     found = [{"flight_number": "HAT1", "date": "2024-05-20", "prices": {"economy": 99.5}}] * 2
     entries = json_entries({"results": found, "count": 2}, "search", "m3") or []
