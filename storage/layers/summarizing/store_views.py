@@ -235,7 +235,12 @@ class StoreViews(BaseViews[StoreState]):
                     raise self._busy(key)
                 return False
             async with state.sync_lock:
-                await fleet.read_back(store, key, state)  # what others wrote, our seqs
+                # The whole view read again, not only what was saved since: a summary is
+                # stored for every worker, so it is made of what the layers below serve now
+                # (another process's erasure that destroyed the user's data key but failed
+                # to delete the record changes no head; the cache would seal the erased
+                # text into the summary under the user's next key).
+                await fleet.load(store, key, state)
                 view = state.view
                 assert view is not None
                 assert state.head is not None

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from storage.errors import StorageUnavailableError
 from storage.layers.encrypting import EncryptingChatStorage, KeyErasedError, new_master_key
 from storage.message import ChatKey, ChatMessage
 from storage.stores.jsonl import JsonlChatStorage
@@ -182,3 +183,49 @@ async def test_delete_user_is_idempotent_and_the_user_can_come_back(tmp_path: Pa
     assert second_key.key_id != first_key.key_id
     assert [m.text for m in await layer.fetch(key)] == ["two"]
     await layer.aclose()
+
+
+class _DeleteFails(SQLiteChatStorage):
+    """The store's part of an erasure fails (locked, unreachable): the key is gone already."""
+
+    async def delete_user(self, user_id: str) -> None:
+        raise StorageUnavailableError("database is locked")
+
+
+async def test_a_warm_summarizing_worker_never_seals_erased_text_into_a_summary(
+    tmp_path: Path,
+) -> None:
+    # Another instance destroyed the user's key but failed to delete the record: no head
+    # changed, so worker A's cached view still holds the plaintext. Its next summary is made
+    # of what the layers below serve now, never of that cache.
+    from storage.layers.summarizing import SummarizingChatStorage
+    from summarizers import ExtractiveSummarizer
+
+    keyring, db = tmp_path / "k.db", tmp_path / "c.db"
+
+    def stack(store: SQLiteChatStorage) -> EncryptingChatStorage:
+        return EncryptingChatStorage(store, keys=MASTER, keyring=keyring, create_keyring=True)
+
+    key = ChatKey("erased-user", "s", "a")
+    worker = SummarizingChatStorage(
+        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
+    )
+    eraser = stack(_DeleteFails(db))
+    async with worker:
+        await worker.save_messages(key, conversation("erased-user", 0))
+        assert "plaintext-erased-user-0-question" in (await worker.fetch(key))[0].text
+        with pytest.raises(StorageUnavailableError):
+            await eraser.delete_user("erased-user")
+        for turn in range(1, 5):
+            await worker.save_messages(key, conversation("other", turn))
+        view = await worker.fetch(key)
+        assert view[0].is_summary  # a summary was made after the erasure
+        assert "plaintext-erased" not in " ".join(m.text for m in view)
+    fresh = SummarizingChatStorage(
+        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
+    )
+    async with fresh:
+        served = " ".join(m.text for m in await fresh.fetch(key))
+        assert "plaintext-other-4-answer" in served
+        assert "plaintext-erased" not in served
+    await eraser.aclose()
