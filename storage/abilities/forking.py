@@ -20,7 +20,7 @@ from storage.abilities.values import Head, SummaryCheckpoint
 from storage.errors import ConflictError, InvalidArgumentError, InvalidKeyError
 from storage.message import ChatKey, ChatMessage
 
-__all__ = ["EMPTY_VERSION", "check_fork", "fork_by_copy"]
+__all__ = ["EMPTY_VERSION", "check_fork", "fork_by_copy", "refuse_split_call"]
 
 EMPTY_VERSION: Final = Head(0, "", 0).version
 """``Head.version`` of a key that holds no message."""
@@ -54,6 +54,22 @@ def check_fork(key: object, new_key: object, at: object) -> tuple[ChatKey, ChatK
     return key, new_key, at
 
 
+def refuse_split_call(timeline: Timeline, at: str, what: str, key: ChatKey) -> None:
+    """Refuse a cut of ``key``'s view right after message ``at`` that separates a tool call
+    from its result (:meth:`Timeline.split_call`).
+
+    Raises:
+        InvalidArgumentError: naming the call and where to cut instead.
+    """
+    call = timeline.split_call(at)
+    if call is not None:
+        raise InvalidArgumentError(
+            f"{what}: message {at!r} of {key} is followed by the result of tool call "
+            f"{call!r}; a {what} there would leave the call unanswered (no model client "
+            "accepts that): choose the call's last result, or the message before the call"
+        )
+
+
 async def fork_by_copy(stack: Any, key: ChatKey, new_key: ChatKey, at: str | None) -> int:
     """Fork ``key`` into ``new_key`` through ``stack``'s public methods (its
     ``fetch_timeline`` and ``save_messages_if``; with ``load_checkpoint``,
@@ -61,7 +77,8 @@ async def fork_by_copy(stack: Any, key: ChatKey, new_key: ChatKey, at: str | Non
 
     Raises:
         InvalidKeyError, InvalidArgumentError: see :func:`check_fork`; ``at`` is not a
-            message of ``key``.
+            message of ``key``, or a tool result answering a call at or before it follows
+            (:func:`refuse_split_call`).
         ConflictError: ``new_key`` holds messages (nothing copied).
     """
     key, new_key, at = check_fork(key, new_key, at)
@@ -72,6 +89,7 @@ async def fork_by_copy(stack: Any, key: ChatKey, new_key: ChatKey, at: str | Non
         cut = timeline.seq_of(at)
         if cut is None:
             raise InvalidArgumentError(f"fork: no message {at!r} in the record of {key}")
+        refuse_split_call(timeline, at, "fork", key)
         copied = timeline.entries(cut)
     messages = [message for _, message in copied]
     try:

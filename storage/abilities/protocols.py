@@ -307,7 +307,9 @@ class TimeTravelStorage(Protocol, metaclass=_AbilityMeta):
         Raises:
             InvalidKeyError: a key is not a ``ChatKey``.
             InvalidArgumentError: ``new_key`` is ``key`` or belongs to another user (a fork
-                never crosses users); ``at`` is not the id of a message of ``key``.
+                never crosses users); ``at`` is not the id of a message of ``key``, or a
+                tool result answering a call at or before it follows (the fork's call would
+                be unanswered).
             ConflictError: ``new_key`` holds messages (nothing copied).
         """
         ...
@@ -332,7 +334,9 @@ class TimeTravelStorage(Protocol, metaclass=_AbilityMeta):
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey``.
             InvalidArgumentError: ``to`` is not the id of a message of the current view
-                (unknown, or hidden by an earlier rewind).
+                (unknown, or hidden by an earlier rewind), or the next message of the view
+                is a tool result answering a call at or before ``to`` (the call would be
+                left unanswered: rewind to its last result, or before the call).
         """
         ...
 

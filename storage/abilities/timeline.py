@@ -217,6 +217,19 @@ class Timeline:
             for seq, message in zip(self.seqs, self.messages, strict=True)
         ]
 
+    def split_call(self, message_id: str) -> str | None:
+        """The id of the tool call whose result the view holds right after message
+        ``message_id``: a cut there (a rewind to it, a fork at it) would leave that call
+        unanswered, a history no model client accepts (OpenAI chat completions: each
+        ``tool_calls`` entry is followed by its ``tool`` message). ``None``: no such result
+        follows (or no such message in the view)."""
+        view = self.view()
+        for index, message in enumerate(view[:-1]):
+            if message.id == message_id:
+                after = view[index + 1]
+                return after.tool_call_id or "?" if after.role == "tool" else None
+        return None
+
     def seq_of(self, message_id: str) -> int | None:
         """The sequence number of the message with ``message_id``, or ``None``."""
         for seq, message in zip(self.seqs, self.messages, strict=True):

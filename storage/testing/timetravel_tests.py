@@ -189,6 +189,30 @@ class TimeTravelTests:
             assert window[-1:] == ["result"] or not window or window == ["q"]
             assert "result" not in window or "call" in window
 
+    async def test_rewind_and_fork_never_separate_a_call_from_its_results(
+        self, store: ChatStorage
+    ) -> None:
+        from storage.message import ToolCall
+
+        travel = need(store, TimeTravelStorage)
+        calls = (ToolCall("c1", "lookup", "{}"), ToolCall("c2", "lookup", "{}"))
+        call = ChatMessage("assistant", None, calls, id="call")
+        first = ChatMessage("tool", "one", tool_call_id="c1", id="r1")
+        second = ChatMessage("tool", "two", tool_call_id="c2", id="r2")
+        await store.save_messages(
+            KEY, [msg("q", id="q"), call, first, second, msg("a", "assistant")]
+        )
+        for to in ("call", "r1"):  # either would leave c1 or c2 unanswered
+            with pytest.raises(InvalidArgumentError, match="unanswered"):
+                await travel.rewind(KEY, to)
+            with pytest.raises(InvalidArgumentError, match="unanswered"):
+                await travel.fork(KEY, FORKED, at=to)
+        assert len(await store.fetch(KEY)) == 5  # nothing hidden
+        assert await store.fetch(FORKED) == []  # nothing copied
+        assert await travel.fork(KEY, FORKED, at="q") == 1
+        assert await travel.rewind(KEY, "r2") == 1
+        assert _ids(await store.fetch(KEY)) == ["q", "call", "r1", "r2"]
+
     async def test_rewind_starts_a_new_epoch_seen_by_another_instance(
         self, harness: StoreHarness, store: ChatStorage, make_stack: MakeStack
     ) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from storage.abilities import AsOf, Timeline, ViewProvenance, check_as_of
-from storage.abilities.forking import fork_by_copy
+from storage.abilities.forking import fork_by_copy, refuse_split_call
 from storage.errors import InvalidArgumentError
 from storage.message import ChatKey, ChatMessage, new_message_id
 from storage.stores.base.core import MaybeAwaitable, StoreCore, check_key
@@ -94,13 +94,15 @@ class TimeTravelTemplate(StoreCore):
 
         Raises:
             InvalidKeyError: ``key`` is not a ``ChatKey`` (or a part the store cannot hold).
-            InvalidArgumentError: ``to`` is not a message of the current view (nothing
-                changed).
+            InvalidArgumentError: ``to`` is not a message of the current view, or the
+                view's next message is a tool result answering a call at or before ``to``
+                (hiding it would leave the call unanswered; nothing changed).
             StorageUnavailableError: the backend cannot be reached, or the store is closed.
         """
         check_key(key)
         check_message_id(to, "rewind: to")
         self._check_open()
+        refuse_split_call(await self._call(self._timeline, key), to, "rewind", key)
         return await self._call(self._rewind, key, to, new_message_id(), self._now())
 
     async def fork(self, key: ChatKey, new_key: ChatKey, *, at: str | None = None) -> int:
