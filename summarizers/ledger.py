@@ -407,24 +407,22 @@ def json_entries(
             coupons would be one entry, the newer replacing the older).
     """
     entries: list[Entry] = []
-    asked = identity_of(arguments) if arguments else None
-    if isinstance(value, Mapping) and value and asked is not None:
-        _key, label, ident = asked
+    asked = identity_of(arguments) if isinstance(value, Mapping) and value and arguments else None
+    if asked is not None and arguments is not None:
+        asked_key, label, ident = asked
         own = identity_of(value)
-        if own is None or (_echoes(own, arguments, _key) and ident not in json.dumps(value)):
+        if own is None or (_echoes(own, arguments, asked_key) and ident not in json.dumps(value)):
             entries.append(Entry(f"{label or name} {ident}", compact_value(value), source))
             return entries
     _collect(value, name, source, entries, listed=False)
     return entries or None
 
 
-def _echoes(
-    identity: tuple[str, str, str], arguments: Mapping[str, Any] | None, first: str
-) -> bool:
+def _echoes(identity: tuple[str, str, str], arguments: Mapping[str, Any], first: str) -> bool:
     """Whether a result's ``identity`` is the value of an argument other than the call's
     ``first`` identity argument (the coupon code the call applied)."""
     key, _label, value = identity
-    given = (arguments or {}).get(key)
+    given = arguments.get(key)
     return key != first and given is not None and str(given) == value
 
 
