@@ -229,3 +229,70 @@ async def test_a_warm_summarizing_worker_never_seals_erased_text_into_a_summary(
         assert "plaintext-other-4-answer" in served
         assert "plaintext-erased" not in served
     await eraser.aclose()
+
+
+_KILLED_ERASER = """
+import os, signal, sys
+import anyio
+from storage.layers.encrypting import EncryptingChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
+
+class KilledMidErasure(SQLiteChatStorage):
+    async def delete_user(self, user_id):
+        os.kill(os.getpid(), signal.SIGKILL)  # after the key's destruction, before this
+
+async def main(db, keyring):
+    layer = EncryptingChatStorage(KilledMidErasure(db), keyring=keyring)
+    await layer.delete_user("erased-user")
+
+anyio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+async def test_an_eraser_killed_between_the_key_and_the_data_leaves_nothing_readable(
+    tmp_path: Path,
+) -> None:
+    # kill -9 after the key is destroyed, before the store's delete: the erased user's
+    # messages are unreadable at once in every instance (a warm one included), everyone
+    # else's read, and `chatlayers delete` run again finishes the erasure.
+    data, keyring = tmp_path / "data", tmp_path / "k.db"
+    db = data / "c.db"
+    warm = EncryptingChatStorage(
+        SQLiteChatStorage(db), keys=MASTER, keyring=keyring, create_keyring=True
+    )
+    saved = await fill(warm)
+    erased = ChatKey("erased-user", "s0", "agent")
+    assert await warm.fetch(erased) == saved[erased]  # cached in this process
+    env = {**os.environ, "CHATLAYERS_MASTER_KEYS": MASTER}
+    killed = await anyio.run_process(
+        [sys.executable, "-c", _KILLED_ERASER, str(db), str(keyring)], env=env, check=False
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    fresh = EncryptingChatStorage(SQLiteChatStorage(db), keys=MASTER, keyring=keyring)
+    for layer in (warm, fresh):
+        assert {k.user_id for k in await layer.list_keys()} == set(USERS)  # data still there
+        for key, messages in saved.items():
+            if key.user_id == "erased-user":
+                with pytest.raises(KeyErasedError, match="call it again"):
+                    await layer.fetch(key)
+            else:
+                assert await layer.fetch(key) == messages
+    await fresh.aclose()
+    url = f"encrypt?keyring={keyring}::sqlite:///{db}"
+    again = await anyio.run_process(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from storage.cli import main; sys.exit(main(sys.argv[1:]))",
+            *("delete", "--user", "erased-user", "--yes", "--url", url),
+        ],
+        env=env,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr.decode()
+    assert {k.user_id for k in await warm.list_keys()} == set(USERS) - {"erased-user"}
+    assert await warm.fetch(erased) == []
+    assert_no_plaintext(data)
+    await warm.save(erased, ChatMessage("user", "back again"))  # the user can come back
+    assert [m.text for m in await warm.fetch(erased)] == ["back again"]
+    await warm.aclose()
