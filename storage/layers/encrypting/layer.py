@@ -14,6 +14,7 @@ from storage.abilities import (
     Abilities,
     CheckpointStorage,
     DescribableStorage,
+    Head,
     ListableStorage,
     RecordStorage,
     ReplaceableStorage,
@@ -160,6 +161,22 @@ class EncryptingChatStorage(RecordsAndVault, Sealing, PayloadLayer):
         self._cache.discard(key.user_id, key)
         if self.vault is not None:
             self.vault.drop(key)
+
+    async def head(self, key: ChatKey) -> Head:
+        """The inner store's :class:`~storage.abilities.Head` of ``key``, once the user's
+        data key is known live (one keyring read, like every read of this layer): a cache
+        above it (a summarizing worker's view) never serves what another process's erasure
+        made unreadable, even when that erasure's store delete failed and no head changed.
+
+        Raises:
+            KeyErasedError: the record is sealed with a key an erasure destroyed (a
+                ``delete_user`` failed part-way: call it again).
+            DataKeyMissingError: it is sealed with a key the keyring lacks.
+        """
+        head = await self._below.head(key)
+        if head.last_seq and await self._live(key.user_id) is None:
+            await self.fetch_since(key, head.last_seq - 1)  # raises what a read raises
+        return head
 
     async def delete_user(self, user_id: str) -> None:
         """Erase the user: destroy the data key first, leaving an erasure record (from then

@@ -296,3 +296,44 @@ async def test_an_eraser_killed_between_the_key_and_the_data_leaves_nothing_read
     await warm.save(erased, ChatMessage("user", "back again"))  # the user can come back
     assert [m.text for m in await warm.fetch(erased)] == ["back again"]
     await warm.aclose()
+
+
+async def test_a_warm_summarizing_worker_stops_serving_a_user_whose_key_another_process_erased(
+    tmp_path: Path,
+) -> None:
+    # The eraser destroyed the key, its store delete failed: no raw head changed, yet the
+    # worker's hot path (a head read, the view from memory) must not serve the plaintext it
+    # holds. It raises what every other read raises until the erasure is finished.
+    from storage.layers.summarizing import SummarizingChatStorage
+    from summarizers import ExtractiveSummarizer
+
+    keyring, db = tmp_path / "k.db", tmp_path / "c.db"
+
+    def stack(store: SQLiteChatStorage) -> EncryptingChatStorage:
+        return EncryptingChatStorage(store, keys=MASTER, keyring=keyring, create_keyring=True)
+
+    key, kept = ChatKey("erased-user", "s", "a"), ChatKey("kept-user-1", "s", "a")
+    worker = SummarizingChatStorage(
+        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
+    )
+    eraser = stack(_DeleteFails(db))
+    async with worker:
+        for k in (key, kept):
+            await worker.save_messages(k, conversation(k.user_id, 0))
+            assert "plaintext" in (await worker.fetch(k))[0].text  # both views warm
+        with pytest.raises(StorageUnavailableError):
+            await eraser.delete_user("erased-user")
+        for _ in range(2):
+            with pytest.raises(KeyErasedError, match="call it again"):
+                await worker.fetch(key)
+        assert [m.text for m in await worker.fetch(kept)] == [
+            "plaintext-kept-user-1-0-question",
+            "plaintext-kept-user-1-0-answer",
+        ]
+        finisher = stack(SQLiteChatStorage(db))
+        await finisher.delete_user("erased-user")  # the retry finishes it
+        assert await worker.fetch(key) == []
+        await worker.save(key, ChatMessage("user", "back again"))
+        assert [m.text for m in await worker.fetch(key)] == ["back again"]
+    await finisher.aclose()
+    await eraser.aclose()
