@@ -326,7 +326,8 @@ class TimeTravelStorage(Protocol, metaclass=_AbilityMeta):
         id to bring it back). A summary checkpoint that covers a hidden message is dropped
         from the view (its version is kept); one that covers only kept messages stays. The
         key's epoch changes, so every worker's cache rebuilds on its next read. Rewinding
-        again, also to a message saved after an earlier rewind, hides more.
+        again, also to a message saved after an earlier rewind, hides more. Saves by other
+        workers racing it land wholly before the rewind (hidden with the rest) or after it.
 
         Returns:
             How many messages were hidden (0 when ``to`` is the newest: nothing changes).
@@ -337,6 +338,8 @@ class TimeTravelStorage(Protocol, metaclass=_AbilityMeta):
                 (unknown, or hidden by an earlier rewind), or the next message of the view
                 is a tool result answering a call at or before ``to`` (the call would be
                 left unanswered: rewind to its last result, or before the call).
+            ConflictError: (Redis) the record was rewritten under the rewind, deleted,
+                replaced or given a new checkpoint, at each of 8 attempts; nothing changed.
         """
         ...
 

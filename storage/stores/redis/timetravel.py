@@ -1,6 +1,8 @@
 """Rewinds on Redis: the view's messages after the kept one move from the key's list to its
-rewound list, in one script that first checks the list and head are as the store read them
-(:data:`~storage.stores.redis.scripts.REWIND`; read again and retried when they changed).
+rewound list, in one script that first checks the epoch, the checkpoint version and the kept
+message's place are as the store read them (:data:`~storage.stores.redis.scripts.REWIND`;
+read again and retried when they changed). Messages appended since the read are hidden too,
+as a rewind under a lock would: saves racing a rewind never make it fail.
 
 The list stays exactly the view, so ``fetch``, windows and tails read it as before; the ids
 set keeps every id (a rewound id saved again is a no-op). The first rewind under a prefix
@@ -53,9 +55,9 @@ async def rewind(ctx: RedisContext, key: ChatKey, to: str, rewind_id: str, now: 
         head = found.head
         epoch = new_epoch()
         to_seq = view[at][0]
-        made = Rewind(to, to_seq, view[-1][0], len(view) - at - 1, now, 0, rewind_id)
-        data = made.to_json()
-        del data["seq"]  # the script takes it from the session's counter
+        data = Rewind(to, to_seq, view[-1][0], len(view) - at - 1, now, 0, rewind_id).to_json()
+        for taken in ("seq", "through_seq", "hidden"):  # the script's: the list's at the time
+            del data[taken]
         kept, version = "", head.checkpoint_version
         if raw_checkpoint:
             try:
@@ -71,8 +73,6 @@ async def rewind(ctx: RedisContext, key: ChatKey, to: str, rewind_id: str, now: 
             [
                 at,
                 to_seq,
-                len(view),
-                view[-1][0],
                 head.epoch,
                 head.checkpoint_version,
                 epoch,
@@ -84,5 +84,5 @@ async def rewind(ctx: RedisContext, key: ChatKey, to: str, rewind_id: str, now: 
             ],
         )
         if reply[0] == 0:
-            return made.hidden
+            return int(reply[2])
     raise ConflictError(f"rewind: {key} kept changing while it was rewound; nothing changed")

@@ -591,3 +591,41 @@ def test_unknown_keyword_option_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="retention"):
         RedisChatStorage("redis://127.0.0.1:1/0", retention=60)
     assert RedisChatStorage("redis://127.0.0.1:1/0", socket_timeout=2).cluster is False
+
+
+@pytest.mark.anyio
+async def test_a_rewind_racing_another_instances_saves_hides_them_and_never_fails(
+    store: RedisChatStorage, url_and_cluster: tuple[str, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another worker saves a turn after every read the rewind makes: under a lock (SQLite,
+    # PostgreSQL, JSONL) those turns come before the rewind and are hidden with the rest;
+    # here too, at the first attempt, and the rewind record counts them.
+    from storage.stores.redis import timetravel
+
+    url, cluster = url_and_cluster
+    key = ChatKey("u", "racing", "a")
+    await store.save_messages(key, [msg("q0", 0, id="q0"), msg("a0", 1, "assistant", id="a0")])
+    await store.save_messages(key, [msg("q1", 2, id="q1"), msg("a1", 3, "assistant", id="a1")])
+    reads = 0
+    read = timetravel.timeline  # type: ignore[attr-defined]  # patched where rewind reads it
+    async with RedisChatStorage(url, prefix=store.prefix, cluster=cluster) as other:
+
+        async def read_then_save(ctx: Any, k: ChatKey) -> Any:
+            nonlocal reads
+            found = await read(ctx, k)
+            reads += 1
+            await other.save_messages(
+                k, [msg(f"late{reads}", 10, id=f"lq{reads}"), msg("ok", 11, "assistant")]
+            )
+            return found
+
+        monkeypatch.setattr(timetravel, "timeline", read_then_save)
+        assert await store.rewind(key, "a0") == 4  # q1, a1 and the turn saved after the read
+        monkeypatch.undo()
+        assert reads == 1
+        assert [m.id for m in await other.fetch(key)] == ["q0", "a0"]
+        (rewind,) = (await store.fetch_timeline(key)).rewinds
+        assert (rewind.to_id, rewind.hidden) == ("a0", 4)
+        assert rewind.through_seq == (await store.fetch_timeline(key)).seqs[-1]
+        await other.save(key, msg("after", 20, id="after"))
+        assert [m.id for m in await store.fetch(key)] == ["q0", "a0", "after"]
