@@ -5,7 +5,8 @@ summary checkpoint with ``covers_to`` remapped), resumable after a kill and idem
 (:func:`storage.migrate.migrate`); it also repairs what a ``mirror`` layer whose secondary
 is ``--to`` recorded as missed. ``verify --from URL --to URL`` compares key by key and
 exits 1 naming the first difference (:func:`storage.migrate.verify`); ``--views`` also
-compares what the model sees through both stacks and counts the summarizer calls that took.
+compares what the model sees through both stacks, their stored summaries served as they are
+(verify makes no summary and writes nothing to either store).
 ``--from``/``--to`` take a URL chain or a TOML/JSON config file; ``CHATLAYERS_URL`` and
 ``CHATLAYERS_CONFIG`` are not read (a migration names both ends).
 """
@@ -141,8 +142,8 @@ async def _cmd_verify(args: argparse.Namespace, out: Output, stack: None) -> int
     out.table("chatlayers verify", COLUMNS, verify_rows(report))
     if args.views:
         out.text(
-            f"views compared: {report.views:,}; summarizer calls to serve them: "
-            f"{report.summarizer_calls:,} (target), {report.source_summarizer_calls:,} (source)"
+            f"views compared: {report.views:,}, {report.summarized_views:,} of them with a "
+            "stored summary (served as stored: verify makes no summary and writes nothing)"
         )
     if report.difference is not None:
         out.text(f"different: {report.difference}")
@@ -185,7 +186,7 @@ def _verify_arguments(p: argparse.ArgumentParser) -> None:
         "--views",
         action="store_true",
         help="also compare what the model sees through both stacks (fetch every "
-        "conversation) and count the summarizer calls that took",
+        "conversation; stored summaries are served as they are, none is made)",
     )
 
 

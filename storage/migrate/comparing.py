@@ -8,14 +8,17 @@ marks: :meth:`~storage.migrate.sides.Snapshot.rewind_marks`, ``version_marks``) 
 records (ids, order, kind, data, time). The walk stops at the first difference and names it.
 With ``views``, it also fetches each conversation through both whole stacks (a
 ``summarize::`` layer serves checkpoint + tail) and compares what the model would see, and
-the view each reply with a provenance record answered, counting the summarizer calls that
-took.
+the view each reply with a provenance record answered. Verifying writes nothing: for the
+run, every summarizing layer of both stacks is ``serve_only`` (the stored summaries served
+as they are, none made, whatever budget the stacks name), so a second run finds what the
+first did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -61,8 +64,8 @@ class VerifyReport:
     Attributes:
         keys, messages, checkpoints, records: compared (of the source).
         views: conversations whose model views were compared (``views=True``).
-        summarizer_calls: summarizer calls the target stack made to serve those views;
-            ``source_summarizer_calls``: the same for the source.
+        summarized_views: of those, views that began with a stored summary (the same in
+            both, or they would differ).
         difference: the first difference, or ``None``.
         seconds: wall time of the run.
     """
@@ -72,8 +75,7 @@ class VerifyReport:
     checkpoints: int = 0
     records: int = 0
     views: int = 0
-    summarizer_calls: int = 0
-    source_summarizer_calls: int = 0
+    summarized_views: int = 0
     difference: Difference | None = None
     seconds: float = 0.0
 
@@ -231,18 +233,30 @@ async def _compare_key(
     what = compare_snapshots(a, b, history=src.travel is not None and tgt.travel is not None)
     if what is None and views:
         report.views += 1
-        what = compare_messages(
-            await source.fetch(key), await target.fetch(key), "view message"
-        ) or await _compare_provenance(source, target, key, a)
+        ours = await source.fetch(key)
+        what = compare_messages(ours, await target.fetch(key), "view message")
+        what = what or await _compare_provenance(source, target, key, a)
+        report.summarized_views += what is None and bool(ours) and ours[0].is_summary
     return None if what is None else Difference(key, what)
 
 
-def _calls(stack: object) -> int:
-    return sum(
-        int(getattr(c, "summarizer_calls", 0))
-        for c in components(stack)
-        if isinstance(getattr(c, "summarizer_calls", None), int)
-    )
+@contextlib.contextmanager
+def _serving_only(*stacks: object) -> Iterator[None]:
+    """Every summarizing layer of ``stacks`` makes no summary (writes no checkpoint) while
+    the block runs; each is set back as it was."""
+    from storage.layers.summarizing import SummarizingChatStorage
+
+    layers = [
+        c for stack in stacks for c in components(stack) if isinstance(c, SummarizingChatStorage)
+    ]
+    was = [layer.serve_only for layer in layers]
+    for layer in layers:
+        layer.serve_only = True
+    try:
+        yield
+    finally:
+        for layer, before in zip(layers, was, strict=True):
+            layer.serve_only = before
 
 
 async def verify(
@@ -254,7 +268,8 @@ async def verify(
     on_keys: Callable[[int], None] | None = None,
 ) -> VerifyReport:
     """Compare ``source`` and ``target`` key by key (see the module); stop at the first
-    difference.
+    difference. Writes nothing to either: their summarizing layers are ``serve_only`` for
+    the run.
 
     Raises:
         ConfigError: a side cannot list its conversations.
@@ -266,18 +281,16 @@ async def verify(
     ours, theirs = await src.keys(), await tgt.keys()
     if on_keys is not None:
         on_keys(len(ours))
-    calls, source_calls = _calls(target), _calls(source)
     listed = set(ours)
-    for key in sorted(listed | set(theirs), key=key_order):
-        if key not in listed:
-            report.difference = Difference(key, "only in the target")
-            break
-        report.difference = await _compare_key(source, target, src, tgt, key, report, views)
-        if on_key is not None:
-            on_key()
-        if report.difference is not None:
-            break
-    report.summarizer_calls = _calls(target) - calls
-    report.source_summarizer_calls = _calls(source) - source_calls
+    with _serving_only(source, target):
+        for key in sorted(listed | set(theirs), key=key_order):
+            if key not in listed:
+                report.difference = Difference(key, "only in the target")
+                break
+            report.difference = await _compare_key(source, target, src, tgt, key, report, views)
+            if on_key is not None:
+                on_key()
+            if report.difference is not None:
+                break
     report.seconds = time.perf_counter() - started
     return report

@@ -89,7 +89,8 @@ def _migrate_and_verify(source: str, target: str) -> dict[str, Any]:
     )
     assert checked["equal"] is True
     assert checked["views"] == 146
-    assert checked["summarizer_calls"] == 0  # every summary came across with its checkpoint
+    # every summary came across with its checkpoint: the same views, summaries first
+    assert checked["summarized_views"] == first["checkpoints"]
     return first
 
 
@@ -251,3 +252,31 @@ def test_a_checkpoint_a_rewind_dropped_counts_in_the_source_as_it_is_copied(
     report = run_json("migrate", "--from", source, "--to", target)
     assert report["checkpoints"] == report["checkpoints_copied"] == 1
     assert run_json("verify", "--from", source, "--to", target)["equal"] is True
+
+
+def test_verify_views_writes_nothing_whatever_budget_the_stacks_name(
+    shipped: Path, tmp_path: Path
+) -> None:
+    # The stacks name the default budget (trigger_at=20), not the one the summaries were made
+    # with: serving their views must not summarize again into either store, or the next
+    # verify finds checkpoints "made at different times".
+    import shutil
+
+    source, target = tmp_path / "src.db", tmp_path / "dst.db"
+    shutil.copy(shipped, source)
+    run_json("migrate", "--from", f"sqlite:///{source}", "--to", f"sqlite:///{target}")
+
+    def checkpoints(db: Path) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(db) as conn:
+            return sorted(conn.execute("SELECT * FROM checkpoints").fetchall())
+
+    before = checkpoints(source), checkpoints(target)
+    for _ in range(2):
+        done = run(
+            "verify", "--from", f"summarize::sqlite:///{source}",
+            "--to", f"summarize::sqlite:///{target}", "--views",
+        )  # fmt: skip
+        assert done.stdout.strip().endswith("equal"), done.stdout
+        assert "views compared: 146, 22 of them with a stored summary" in done.stdout
+    assert (checkpoints(source), checkpoints(target)) == before
+    run("verify", "--from", f"sqlite:///{source}", "--to", f"sqlite:///{target}")

@@ -144,7 +144,9 @@ async def test_a_summarized_conversation_serves_the_same_view_with_no_summarizer
         checked = await verify(source, target, views=True)
         assert checked.equal
         assert checked.views == report.keys
-        assert checked.summarizer_calls == 0
+        assert checked.summarized_views == report.checkpoints
+        assert summarizing.summarizer_calls == 0  # type: ignore[attr-defined]
+        assert not summarizing.serve_only  # type: ignore[attr-defined]  # set back after the run
 
 
 async def test_a_diverged_target_is_rewritten_and_a_deleted_conversation_reported(
