@@ -214,18 +214,25 @@ async def _cmd_show(args: argparse.Namespace, out: Output, stack: Stack) -> int:
         if out.json_mode:
             out.json({"view": view, "as_of": str(at), **conversation_record(key, messages)})
             return 0
-        return _print_view(out, key, messages, view_name, args.limit)
+        return _print_view(out, key, messages, view_name, args.limit, ids=args.ids)
     source = record_reader(stack) if args.raw else stack
     messages = await source.fetch(key, limit=args.limit)
     view = "raw" if args.raw else "model"
     if out.json_mode:
         out.json({"view": view, **conversation_record(key, messages)})
         return 0
-    return _print_view(out, key, messages, "raw record" if args.raw else "model view", args.limit)
+    view_name = "raw record" if args.raw else "model view"
+    return _print_view(out, key, messages, view_name, args.limit, ids=args.ids)
 
 
 def _print_view(
-    out: Output, key: ChatKey, messages: list[ChatMessage], view_name: str, limit: int | None
+    out: Output,
+    key: ChatKey,
+    messages: list[ChatMessage],
+    view_name: str,
+    limit: int | None,
+    *,
+    ids: bool = False,
 ) -> int:
     if not messages:
         if limit == 0:
@@ -236,14 +243,17 @@ def _print_view(
     rows = []
     for index, message in enumerate(messages):
         role = message.role + (" (summary)" if message.is_summary else "")
-        rows.append((index, role, render_message(message)))
+        rows.append((index, role, message.id, render_message(message)))
     title = f"{view_name} of {key}: {plural(len(messages), 'message')}"
     if out.rich:
-        out.table(title, ("#", "role", "content"), rows)
+        if ids:
+            out.table(title, ("#", "role", "id", "content"), rows)
+        else:
+            out.table(title, ("#", "role", "content"), [(i, r, t) for i, r, _, t in rows])
     else:
         out.text(title)
-        for index, role, text in rows:
-            out.text(f"[{index}] {role}")
+        for index, role, message_id, text in rows:
+            out.text(f"[{index}] {role}" + (f"  id={message_id}" if ids else ""))
             for line in text.splitlines() or [""]:
                 out.text(f"    {line}")
     return 0
@@ -381,6 +391,12 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
         metavar="AT",
         help="the record as it stood then: a sequence number, a message id (id:X to be "
         "sure) or an ISO-8601 time (UTC when it has no zone)",
+    )
+    p.add_argument(
+        "--ids",
+        action="store_true",
+        help="print each message's id (what rewind --to, fork --at, why --message and "
+        "--as-of id:X take)",
     )
 
 

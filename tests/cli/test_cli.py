@@ -743,3 +743,33 @@ def test_a_model_view_export_reimports(
     assert code == 0, err
     again = run_json(capsys, "show", "--url", copy, "--user", user, "--session", session, "--raw")
     assert [m["content"] for m in again["messages"]] == [m["content"] for m in exported]
+
+
+def test_show_ids_gives_what_rewind_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The path a user takes: read the ids off `show --ids`, rewind to one of them.
+    db = tmp_path / "c.db"
+
+    async def fill() -> None:
+        async with SQLiteChatStorage(db) as store:
+            for turn in range(3):
+                await store.save_messages(
+                    ChatKey("u", "trip", "a"),
+                    [ChatMessage("user", f"question {turn}"), ChatMessage("assistant", f"{turn}")],
+                )
+
+    anyio.run(fill)
+    url = f"sqlite:///{db}"
+    code, out, err = run(capsys, "show", "--url", url, "--session", "trip", "--ids")
+    assert code == 0, err
+    ids = re.findall(r"^\[(\d)\] (?:user|assistant)  id=(\S+)$", out, re.M)
+    assert [int(index) for index, _ in ids] == list(range(6))
+    stored = run_json(capsys, "show", "--url", url, "--session", "trip")["chatlayers"]["ids"]
+    assert [found for _, found in ids] == stored
+    code, out, err = run(capsys, "rewind", "--url", url, "--session", "trip", "--to", ids[3][1])
+    assert code == 0, err
+    _, out, _ = run(capsys, "show", "--url", url, "--session", "trip")
+    assert "[3] assistant" in out
+    assert "[4]" not in out
+    assert "id=" not in out  # only with --ids
