@@ -68,6 +68,9 @@ COMMAND_MODULES: Final = (
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
 
+_CREATED_ON_USE: Final = frozenset({"sqlite", "jsonl"})
+"""Stores that create a missing file or directory on use unless given ``create=False``."""
+
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors name a mistyped flag's closest match ("did you mean")
@@ -194,8 +197,9 @@ def _open(args: argparse.Namespace) -> Stack:
         # A command may have its own default stack: replay's has a token budget (REPLAY_URL).
         url = getattr(args, "default_url", None)
     spec = to_spec(url or (Path(config) if config else None))
-    # Commands that only read must not create an empty SQLite file at a mistyped path.
-    if getattr(args, "read_only", False) and spec.store.name == "sqlite":
+    # Commands that only read must not create an empty store (a SQLite file, a JSONL
+    # directory) at a mistyped path.
+    if getattr(args, "read_only", False) and spec.store.name in _CREATED_ON_USE:
         spec.store.options.setdefault("create", False)
     return open_storage(spec)
 

@@ -10,9 +10,11 @@ Layout (``names``)::
     PATH/<user>/<session>/<agent>.ckpt     the summary checkpoint (``checkpoints``)
     PATH/<user>/<session>/<agent>.lease    the summarizing lease (``leases``)
 
-Directories are created 0700 and files 0600. A file starts with a header naming the key's
-epoch; each other line (``lines``) is the codec record (``storage.codec``) with the store's
-fields spliced in front, or an application record (``"rec":1``)::
+Directories are created 0700 and files 0600; ``PATH`` itself by the first write (building
+the store touches nothing, and reads of a missing ``PATH`` find an empty store). A file starts
+with a header naming the key's epoch; each other line (``lines``) is the codec record
+(``storage.codec``) with the store's fields spliced in front, or an application record
+(``"rec":1``)::
 
     {"hdr":1,"epoch":"9f86d081884c7d659a2feaa0c55ad015"}
     {"seq":1718000000000001,"to":1718000000000003,"v":1,"id":"...","at":"...","m":{...}}

@@ -34,14 +34,28 @@ class SessionLocks(KeyedLocks[str]):
 
 
 def _mkdirs(paths: Paths) -> list[str]:
-    """Create the user and session directories (0700); return the ones made."""
+    """Create the user and session directories (0700), and the store's root (0700, with any
+    missing parent) when this is the store's first write; return the ones made."""
     made = []
     for directory in (paths.user_dir, paths.session_dir):
         try:
             os.mkdir(directory, 0o700)
-            made.append(directory)
         except FileExistsError:
-            pass
+            continue
+        except FileNotFoundError:
+            if directory != paths.user_dir:
+                raise  # the user directory went meanwhile: the caller retries
+            root = os.path.dirname(directory)
+            try:
+                os.makedirs(root, 0o700)
+                made.append(root)
+            except FileExistsError:
+                pass  # another writer made it first
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                continue
+        made.append(directory)
     return made
 
 
@@ -51,11 +65,11 @@ def flock(
 ) -> Iterator[int | None]:
     """Hold the session's flock; yield the lock file's descriptor.
 
-    The lock file is created when missing; its directories only with ``make_dirs``
-    (otherwise ``None`` is yielded: there is no session), and with ``sync_dirs`` the entries
-    of the directories made are fsynced. A deleter unlinks the lock file while holding it, so
-    after acquiring, the descriptor must still be the file at the path; otherwise the lock is
-    stale and we retry on the new one.
+    The lock file is created when missing; its directories (the store's root too, on the
+    store's first write) only with ``make_dirs`` (otherwise ``None`` is yielded: there is no
+    session), and with ``sync_dirs`` the entries of the directories made are fsynced. A
+    deleter unlinks the lock file while holding it, so after acquiring, the descriptor must
+    still be the file at the path; otherwise the lock is stale and we retry on the new one.
 
     Raises:
         WouldBlock: not ``blocking`` and another task or process holds the lock.

@@ -92,7 +92,9 @@ class JsonlChatStorage(Maintenance, BaseStore):
     rewrites only files holding a message older than the cut-off.
 
     Args:
-        path: the root directory, created (0700) when missing.
+        path: the root directory. Constructing a store touches nothing: the directory is
+            created (0700, with any missing parent) by the first write, and until then every
+            read finds an empty store.
         fsync: when appends reach the disk. ``"always"``: every save is fsynced (with its new
             directory entries) before it returns, durable against power loss. ``"batch"``
             (default): a file is fsynced by the first save at least ``fsync_interval``
@@ -114,9 +116,13 @@ class JsonlChatStorage(Maintenance, BaseStore):
         clock: the time in seconds since the Unix epoch (default ``time.time``): lease
             expiry, the retention cut-off and the purge interval all read it, so a test can
             inject a fake clock. Processes sharing a directory must share a clock.
+        create: a missing directory is created by the first write (default); with ``False``
+            it is an error here (the CLI's commands that only read or change stored
+            conversations use this, so a mistyped path is not mistaken for an empty store).
 
     Raises:
-        StorageUnavailableError: ``path`` cannot be created or is not a directory.
+        StorageUnavailableError: ``path`` is not a directory, or it does not exist and
+            ``create`` is false; on a write, the directory cannot be created.
         InvalidArgumentError: ``fsync`` is not one of the three policies, a bad
             ``fsync_interval``, ``max_cached_keys``, ``cache_bytes``, ``retention`` or
             ``purge_interval``.
@@ -137,6 +143,7 @@ class JsonlChatStorage(Maintenance, BaseStore):
         retention: PositiveDuration | None = None,
         purge_interval: Duration = 3600.0,
         clock: Callable[[], float] = time.time,
+        create: bool = True,
     ) -> None:
         if fsync not in ("always", "batch", "never"):
             raise InvalidArgumentError(f"fsync must be 'always', 'batch' or 'never', not {fsync!r}")
@@ -150,14 +157,16 @@ class JsonlChatStorage(Maintenance, BaseStore):
         self.retention = parse_positive_duration(retention) if retention is not None else None
         self.purge_interval = parse_duration(purge_interval)
         self._clock: Clock = clock
-        try:
-            os.makedirs(self.root, mode=0o700, exist_ok=True)
-        except OSError as exc:
+        self.create = create
+        # Nothing is created here (the root is made, 0700, by the first write): a stat only.
+        if os.path.exists(self.root):
+            if not os.path.isdir(self.root):
+                raise StorageUnavailableError(f"JSONL store path {self.root!r} is not a directory")
+        elif not create:
             raise StorageUnavailableError(
-                f"cannot create JSONL store directory {self.root!r}: {exc}"
-            ) from exc
-        if not os.path.isdir(self.root):
-            raise StorageUnavailableError(f"JSONL store path {self.root!r} is not a directory")
+                f"no JSONL store at {self.root!r} (opened with create=False, so none is made: "
+                "check the path)"
+            )
         self._cache = LineCache(cache_bytes)
         self._writer = Writer(fsync, fsync_interval, max_cached_keys)
         self._locks = SessionLocks()

@@ -245,6 +245,68 @@ def test_bad_options_refused(tmp_path: Path) -> None:
         JsonlChatStorage(tmp_path / "file")
 
 
+def test_building_a_store_touches_nothing(tmp_path: Path) -> None:
+    from storage import open_storage
+
+    JsonlChatStorage(tmp_path / "direct")
+    open_storage(f"jsonl://{tmp_path}/url/nested")
+    open_storage(f"summarize::jsonl://{tmp_path}/stack")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_reads_of_a_missing_directory_find_an_empty_store_and_make_nothing(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    other = ChatKey("u", "t", "a")
+    async with JsonlChatStorage(root, retention="1d") as store:
+        assert await store.fetch(KEY) == []
+        assert await store.fetch(KEY, limit=3) == []
+        assert (await store.head(KEY)).last_seq == 0
+        assert (await store.fetch_since(KEY, 0)).messages == ()
+        assert (await store.fetch_timeline(KEY)).messages == ()
+        assert await store.fetch_all_chats("u", "s") == []
+        assert await store.list_keys() == []
+        assert (await store.list_sessions("u")).sessions == ()
+        assert await store.search("u", "anything") == []
+        assert await store.load_checkpoint(KEY) is None
+        assert await store.fetch_records(KEY) == []
+        assert await store.fork(KEY, other) == 0
+        assert await store.purge() == 0
+        assert await store.compact(KEY) is None
+        assert await store.compact_all() == []
+        await store.release_lease(KEY, "worker")
+        await store.delete(KEY)
+        await store.delete_user("u")
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("umask", [0, 0o022])
+async def test_the_first_write_makes_the_directory_private(tmp_path: Path, umask: int) -> None:
+    root = tmp_path / "parent" / "store"
+    store = JsonlChatStorage(root, fsync="always")
+    old = os.umask(umask)
+    try:
+        await store.save(KEY, ChatMessage("user", "x"))
+    finally:
+        os.umask(old)
+    assert root.stat().st_mode & 0o777 == 0o700
+    assert texts(await store.fetch(KEY)) == ["x"]
+    await store.aclose()
+
+
+def test_create_false_refuses_a_missing_directory(tmp_path: Path) -> None:
+    from storage import open_storage
+
+    with pytest.raises(StorageUnavailableError, match=r"no JSONL store at .*check the path"):
+        JsonlChatStorage(tmp_path / "typo", create=False)
+    with pytest.raises(StorageUnavailableError, match="no JSONL store"):
+        open_storage(f"jsonl://{tmp_path}/typo?create=false")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "there").mkdir()
+    assert JsonlChatStorage(tmp_path / "there", create=False).root == str(tmp_path / "there")
+
+
 async def test_unwritable_place_raises_unavailable_and_stores_nothing(tmp_path: Path) -> None:
     async with JsonlChatStorage(tmp_path) as store:
         (tmp_path / "blocked").write_text("a file where the user directory would go")
