@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(
             handler=spec.handler,
             read_only=spec.read_only,
+            existing_store=spec.existing_store,
             needs_stack=spec.needs_stack,
             check=spec.check,
         )
@@ -197,9 +198,10 @@ def _open(args: argparse.Namespace) -> Stack:
         # A command may have its own default stack: replay's has a token budget (REPLAY_URL).
         url = getattr(args, "default_url", None)
     spec = to_spec(url or (Path(config) if config else None))
-    # Commands that only read must not create an empty store (a SQLite file, a JSONL
-    # directory) at a mistyped path.
-    if getattr(args, "read_only", False) and spec.store.name in _CREATED_ON_USE:
+    # Commands that only read, or change only what is stored, must not create an empty
+    # store (a SQLite file, a JSONL directory) at a mistyped path.
+    existing = getattr(args, "read_only", False) or getattr(args, "existing_store", False)
+    if existing and spec.store.name in _CREATED_ON_USE:
         spec.store.options.setdefault("create", False)
     return open_storage(spec)
 

@@ -244,9 +244,11 @@ command(
     "purge",
     help="delete messages older than the store's retention",
     arguments=_confirm_arguments,
+    existing_store=True,
 )(_cmd_purge)
 command(
     "compact",
     help="summarize one conversation now (--user --session), or rewrite a JSONL store's files",
     arguments=_compact_arguments,
+    existing_store=True,
 )(_cmd_compact)

@@ -9,8 +9,11 @@ line in that tuple::
     async def _keys(args: argparse.Namespace, out: Output, stack: Stack) -> int: ...
 
 ``arguments(parser)`` adds the command's own flags (each with help text: a test walks the
-parser); ``read_only`` commands never create a missing SQLite file and make no summary (their
-summarizing layers are ``serve_only``); ``needs_stack=False``
+parser); ``read_only`` commands never create a missing store (a SQLite file, a JSONL
+directory) and make no summary (their summarizing layers are ``serve_only``);
+``existing_store`` commands (they change only conversations already stored: ``fork``,
+``rewind``, ``compact``, ``purge``) never create a missing store either, but may summarize;
+``needs_stack=False``
 commands are called with ``stack=None`` and open nothing; ``many_stacks`` commands (with
 ``needs_stack=False``) take ``--url``/``--config`` several times and get lists; ``check(args)``
 returns a usage error's text (exit status 2, with the command's usage) or ``None``.
@@ -51,6 +54,7 @@ class Command:
     needs_stack: bool = True
     many_stacks: bool = False
     check: Callable[[argparse.Namespace], str | None] = _no_check
+    existing_store: bool = False
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -65,6 +69,7 @@ def command(
     needs_stack: bool = True,
     many_stacks: bool = False,
     check: Callable[[argparse.Namespace], str | None] = _no_check,
+    existing_store: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine ``handler(args, out, stack) -> exit status`` as the
     subcommand ``name``.
@@ -78,7 +83,15 @@ def command(
         if existing is not None and existing.handler is not handler:
             raise ValueError(f"chatlayers command {name!r} is registered twice")
         _COMMANDS[name] = Command(
-            name, help, handler, arguments, read_only, needs_stack, many_stacks, check
+            name,
+            help,
+            handler,
+            arguments,
+            read_only,
+            needs_stack,
+            many_stacks,
+            check,
+            existing_store,
         )
         return handler
 

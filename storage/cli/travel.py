@@ -297,11 +297,13 @@ command(
     help="copy a conversation (up to a message) into a new one of the same user",
     arguments=_fork_arguments,
     check=_fork_check,
+    existing_store=True,
 )(_cmd_fork)
 command(
     "rewind",
     help="hide the messages after one from the view (kept in the record)",
     arguments=_rewind_arguments,
+    existing_store=True,
 )(_cmd_rewind)
 command(
     "why",

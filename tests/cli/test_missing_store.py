@@ -44,3 +44,49 @@ def test_a_read_command_on_an_existing_empty_jsonl_directory_reads_an_empty_stor
     code, out, err = run(capsys, "--url", f"jsonl://{tmp_path}", "stats", "--json")
     assert code == 0, err
     assert '"messages": 0' in out
+
+
+# Commands that change only conversations already stored: on a missing store there is nothing
+# to change, so they refuse it as the read commands do instead of leaving an empty one behind.
+CHANGES = [
+    ["rewind", "--session", "s", "--to", "x"],
+    ["fork", "--session", "s", "--to-session", "t"],
+    ["compact"],
+    ["compact", "--session", "s", "--summary", "text"],
+    ["purge", "--dry-run"],
+    ["purge", "--yes"],
+]
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+@pytest.mark.parametrize("argv", CHANGES, ids=lambda argv: "-".join(argv[:2]))
+def test_a_command_changing_stored_conversations_refuses_a_missing_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str, argv: list[str]
+) -> None:
+    url, refusal = STORES[store]
+    if argv == ["compact"] and store == "sqlite":
+        refusal = "rewrites a jsonl store's files"  # refused before the store is opened
+    typo = tmp_path / "typo" / "chats"
+    stack = f"summarize::{url.format(typo)}?retention=30d"  # what compact and purge need
+    code, out, err = run(capsys, "--url", stack, *argv)
+    assert code == 1, out + err
+    assert refusal in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_import_and_replay_still_create_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli.helpers import few
+
+    conversations = few(tmp_path, 2)
+    for name, argv in (("imported", ["import"]), ("replayed", ["replay"])):
+        for url in (f"sqlite:///{tmp_path}/{name}.db", f"jsonl://{tmp_path}/{name}"):
+            code, out, err = run(capsys, "--url", url, *argv, str(conversations))
+            assert code == 0, out + err
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "imported.db",
+        "imported",
+        "replayed.db",
+        "replayed",
+    }
