@@ -2,12 +2,14 @@
 
 A secret is a URL password (``redis://:PASSWORD@host``) or the value of an option, query
 parameter or keyword argument whose name says so (``secret``, ``password``, ``pass``, ``pwd``,
-``token``, ``key``, ``api_key``, ``auth``, ``credential``, ...; not ``X_env``, whose value
-only names an environment variable). Redaction replaces it by ``***``. Two complementary
-tools: :func:`redact_url` needs no knowledge of the secrets (it recognizes them by position),
-:func:`redact_text` also replaces the known secret strings wherever they appear (in a driver's
-message, say), found by :func:`secrets_of_url` and :func:`secrets_of_options`. The config
-machinery, the server stores and the LLM summarizer all redact with these functions.
+``token``, ``key``, ``api_key``, ``auth``, ``credential``, ...; see :func:`is_sensitive`: not
+``X_env``, whose value only names an environment variable, nor ``json_keys``, whose keys are
+JSON field names). Redaction replaces it by ``***``. Two complementary tools:
+:func:`redact_url` needs no knowledge of the secrets (it recognizes them by position),
+:func:`redact_text` also replaces the known secret strings where they stand as a value (in a
+driver's message, say; never inside a word of the text around them), found by
+:func:`secrets_of_url` and :func:`secrets_of_options`. The config machinery, the server
+stores and the LLM summarizer all redact with these functions.
 """
 
 from __future__ import annotations
@@ -32,20 +34,50 @@ __all__ = [
 ]
 
 REDACTED: Final = "***"
-# Errs towards hiding: a name that merely looks secret is hidden too, except a count of
-# tokens (``trigger_tokens``, ``max_input_tokens``: budgets, which describe() must show).
-_SENSITIVE = re.compile(
-    r"secret|passw|^pass$|pwd|token(?!s$)|api_?key|(?:^|_)keys?(?:_|$)|credential|auth", re.I
+# Errs towards hiding: a name that merely looks secret is hidden too. Not hidden: a name
+# whose last word says its value is something else (``secret_env``: a variable's name;
+# ``secret_source``: where a secret came from; ``key_file``: a path), a count or a bound
+# (``max_cached_keys``, ``min_password_length``; ``trigger_tokens``, ``max_input_tokens``:
+# budgets, which describe() must show), and the keys of something else (``json_keys``: the
+# JSON field names whose values are scrubbed).
+_SECRET_WORD = re.compile(
+    r"secret|passw|pwd|credential|auth|api_?key|(?:private|access|master|signing)_?keys?", re.I
 )
+_NOT_THE_VALUE: Final = frozenset({"env", "source", "file", "path"})
+_BOUND: Final = frozenset({"max", "min", "num", "n"})
+_KEYS_OF: Final = frozenset(
+    {"json", "field", "fields", "column", "sort", "partition", "primary", "cache", "cached"}
+)
+_NOT_A_TOKEN: Final = re.compile(r"tokens|tokeni[sz](?:e|er|ers|ation)")
 _URL_PASSWORD = re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/?#]*)@")
 _QUERY_PARAM = re.compile(r"""(?P<sep>[?&])(?P<key>[^=&?:\s]+)=(?P<value>[^&\s:'"(){}\[\],]*)""")
+# A secret this long is replaced wherever it occurs: any occurrence would show it.
+_ANYWHERE: Final = 8
+# A shorter one only where it stands as a value: a whole token, from the start of the text,
+# whitespace, a quote or a separator of URLs and lists to the next (or a sentence's end).
+# Never inside a word: the "e" of "e.g.", the "a" of "a.db" or the "t" of "don't" stay.
+_DELIMITERS: Final = r"""\s"`=&?:@,;()\[\]{}<>|"""
+_TOKEN_START: Final = rf"(?:^|(?<=[{_DELIMITERS}])|(?<=^')|(?<=[^0-9A-Za-z]'))"
+_TOKEN_END: Final = rf"(?=$|[{_DELIMITERS}]|'(?![0-9A-Za-z])|[.!]+(?:\s|$))"
 
 
 def is_sensitive(name: str) -> bool:
     """True for an option, query parameter or keyword name that holds a secret
-    (``password``, ``token``, ``aws_access_key_id``); false for ``X_env`` names, whose value
-    is a variable name."""
-    return not name.endswith("_env") and bool(_SENSITIVE.search(name))
+    (``password``, ``token``, ``api_key``, ``aws_access_key_id``, ``master_keys``); false
+    for names whose value is not the secret: ``X_env`` (a variable's name), ``X_source``,
+    ``X_file`` and ``X_path``, counts and bounds (``max_cached_keys``, ``trigger_tokens``)
+    and keys of something else (``json_keys``)."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    if not words or words[-1] in _NOT_THE_VALUE or words[0] in _BOUND:
+        return False
+    if _SECRET_WORD.search(name) or words[-1] == "pass":
+        return True
+    for index, word in enumerate(words):
+        if "token" in word and not _NOT_A_TOKEN.fullmatch(word):
+            return True
+        if word in ("key", "keys") and (index == 0 or words[index - 1] not in _KEYS_OF):
+            return True
+    return False
 
 
 def redact_url(url: str) -> str:
@@ -65,19 +97,30 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with URL passwords redacted and every string of ``secrets`` replaced by ``***``.
+    """``text`` with URL passwords redacted and every string of ``secrets`` replaced by ``***``
+    where it stands as a value.
 
-    A secret shorter than 8 characters is replaced only where it stands as a whole token (not
-    inside a longer word): replacing every ``a`` of a one-letter password would garble the
-    text and spell out where the secret's characters are.
+    A secret of 8 characters or more is replaced wherever it occurs. A shorter one is replaced
+    only where it stands as a whole token, between whitespace, quotes, URL and list separators
+    (``= & ? : @ , ; ( ) [ ] { } < > |``) or the ends of the text (``'e'``, ``secret=e&``,
+    ``password e rejected``), never inside a longer word or name (the ``e`` of ``e.g.``, the
+    ``a`` of ``a.db``): replacing every ``a`` of a one-letter password would garble the text
+    and spell out where the secret's characters are. A secret is also found as ``repr`` and
+    JSON write it (quotes, backslashes and other characters escaped).
     """
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        if len(secret) >= 8:
+    forms = {form for secret in secrets if secret for form in _written_forms(secret)}
+    for secret in sorted(forms, key=len, reverse=True):
+        if len(secret) >= _ANYWHERE:
             text = text.replace(secret, REDACTED)
         else:
-            pattern = rf"(?<![0-9A-Za-z]){re.escape(secret)}(?![0-9A-Za-z])"
-            text = re.sub(pattern, REDACTED, text)
+            text = re.sub(_TOKEN_START + re.escape(secret) + _TOKEN_END, REDACTED, text)
     return redact_url(text)
+
+
+def _written_forms(secret: str) -> set[str]:
+    """``secret`` as it is, and as ``repr`` and JSON write it inside their quotes."""
+    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1]}
+    return {form for form in forms if form}
 
 
 def secrets_of_url(url: str) -> set[str]:
