@@ -77,7 +77,11 @@ def _listable(stack: Stack) -> ListableStorage | None:
 
 
 def _retention(stack: Stack) -> timedelta | None:
-    value = getattr(stack.base, "retention", None)
+    return _timedelta(getattr(stack.base, "retention", None))
+
+
+def _timedelta(value: object) -> timedelta | None:
+    """A period given as a ``timedelta`` or seconds; ``None`` for anything else (none set)."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -105,9 +109,43 @@ async def _expired(stack: Stack, cutoff: datetime) -> tuple[int, int]:
     return messages, conversations
 
 
+def _expires_by_ttl(stack: Stack) -> bool:
+    """Whether the store's retention is a ``ttl`` its server applies itself (Redis: every key
+    of a session expires ``ttl`` after the session's last write) instead of a ``retention``
+    that ``purge`` applies."""
+    return hasattr(stack.base, "ttl")
+
+
+def _expired_by_server(args: argparse.Namespace, out: Output, stack: Stack, ttl: timedelta) -> int:
+    """``purge`` on a store whose server expires conversations itself: nothing to do."""
+    how = (
+        f"{store_label(stack)} expires every key of a session on the server itself, "
+        f"{_duration(ttl)} after the session's last write (its ttl)"
+    )
+    if out.json_mode:
+        done = {"dry_run": True, "messages": 0} if args.dry_run else {"messages_deleted": 0}
+        out.json({**done, "conversations": 0, "expires_after_seconds": ttl.total_seconds()})
+    elif args.dry_run:
+        out.text(f"would purge nothing: {how}; nothing deleted (--dry-run)")
+    else:
+        out.text(f"purged nothing: {how}")
+    return 0
+
+
 async def _cmd_purge(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     purger = require_ability(stack, RetentionStorage, "purge", "purge (a store retention)")
     retention = _retention(stack)
+    if retention is None and _expires_by_ttl(stack):
+        ttl = _timedelta(getattr(stack.base, "ttl", None))
+        if ttl is None:
+            raise ConfigError(
+                f"purge deletes messages older than the store's retention, and "
+                f"{store_label(stack)} has none: its server expires a session's keys a ttl "
+                "after the session's last write instead (set ttl=..., e.g. ?ttl=30d)"
+            )
+        if not args.dry_run:
+            await purger.purge()  # 0: the server expires sessions (as from Python)
+        return _expired_by_server(args, out, stack, ttl)
     if retention is None:
         raise ConfigError(
             f"purge deletes messages older than the store's retention, and "
