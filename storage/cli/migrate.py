@@ -34,8 +34,8 @@ COLUMNS = ("", "keys", "messages", "checkpoints", "records", "seconds")
 
 def _stack(value: str, *, read_only: bool) -> Stack:
     spec = to_spec(value)
-    if read_only and spec.store.name == "sqlite":
-        spec.store.options.setdefault("create", False)  # never an empty file at a typo
+    if read_only and spec.store.name in ("sqlite", "jsonl"):
+        spec.store.options.setdefault("create", False)  # never an empty store at a typo
     return open_storage(spec)
 
 

@@ -90,3 +90,17 @@ def test_import_and_replay_still_create_the_store(
         "replayed.db",
         "replayed",
     }
+
+
+@pytest.mark.parametrize("store", sorted(STORES))
+@pytest.mark.parametrize("command", ["migrate", "verify"])
+def test_migrate_and_verify_refuse_a_missing_source_and_create_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str, command: str
+) -> None:
+    url, refusal = STORES[store]
+    typo, target = tmp_path / "typo" / "chats", tmp_path / "target.db"
+    argv = ["--from", url.format(typo), "--to", f"sqlite:///{target}"]
+    code, out, err = run(capsys, command, *argv)
+    assert code == 1, out + err
+    assert refusal in err
+    assert not (tmp_path / "typo").exists()
