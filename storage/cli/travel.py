@@ -119,10 +119,12 @@ async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     key = await conversation_key(stack, *_key(args))
     timeline = await travel.fetch_timeline(key)
     reply_id = args.message
-    if reply_id is None:
-        replies = [m.id for m in timeline.messages if m.role == "assistant"]
+    if reply_id is None:  # the view's newest reply: one a rewind hid is not
+        hidden = timeline.hidden_by()
+        pairs = zip(timeline.seqs, timeline.messages, strict=True)
+        replies = [m.id for seq, m in pairs if m.role == "assistant" and seq not in hidden]
         if not replies:
-            raise ConfigError(f"{key} holds no assistant message")
+            raise ConfigError(f"{key} holds no assistant message in its view")
         reply_id = replies[-1]
     seq = timeline.seq_of(reply_id)
     if seq is None:
@@ -281,7 +283,9 @@ def _why_arguments(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--message", default=None, metavar="ID", help="the reply to explain")
     which.add_argument(
-        "--last", action="store_true", help="explain the newest assistant message of the record"
+        "--last",
+        action="store_true",
+        help="explain the newest assistant message of the view (not one a rewind hid)",
     )
     p.add_argument("--brief", action="store_true", help="one line per message")
 

@@ -166,6 +166,14 @@ async def test_why_prints_the_view_a_summarized_reply_answered(db: Path) -> None
     assert "'u1' is a user message, not a reply" in question.stderr
 
 
+def test_why_last_after_a_rewind_explains_the_views_newest_reply(db: Path) -> None:
+    url = SUMMARIZING.format(f"sqlite:///{db}")
+    run("rewind", "--url", url, "--session", "trip", "--to", "a5")
+    assert run_json("why", "--url", url, "--session", "trip", "--last")["reply"] == "a5"
+    hidden = run_json("why", "--url", url, "--session", "trip", "--message", LAST)
+    assert hidden["reply"] == LAST  # a rewound reply is still explained when named
+
+
 def test_why_without_a_summarizing_layer_prints_the_record_before_the_reply(db: Path) -> None:
     url = f"sqlite:///{db}"
     shown = run_json("why", "--url", url, "--session", "trip", "--message", "a1")
