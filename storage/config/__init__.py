@@ -8,7 +8,8 @@ The modules, in the order a configuration flows through them (three passes):
   the parsed form, :mod:`storage.config.spec` (``StackSpec``);
 - :mod:`storage.config.resolve`: **resolve**: the environment, ``*_file`` paths, the
   :mod:`storage.config.registry` (names to factories, entry points) and
-  :mod:`storage.config.options` (each factory's declared options, converted and checked);
+  :mod:`storage.config.options` (each factory's declared options, converted and checked),
+  then the checks each built-in layer's constructor makes that need nothing built;
   every mistake is collected (:mod:`storage.config.problems`, one error) and every secret
   (:mod:`storage.redact` keeps them out of every message);
 - :mod:`storage.config.construct`: **construct**: the store, then each layer around it;

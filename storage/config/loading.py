@@ -6,11 +6,14 @@ A configuration goes through three passes, each in its own module:
    ``StackSpec``; pure (no environment, no registry, no file but the config file);
 2. **resolve** (:mod:`storage.config.resolve`): names to factories, ``X_env`` options from
    the environment, ``*_file`` paths, every option converted and checked by its declared
-   type; every problem and every secret collected in one ``StackPlan``;
+   type, then the checks each built-in layer's constructor makes that need nothing built;
+   every problem and every secret collected in one ``StackPlan``;
 3. **construct** (:mod:`storage.config.construct`): the store, then each layer around it.
 
 ``open_storage`` raises once, between resolving and constructing, with every problem of the
 configuration (see :mod:`storage.config.problems`): a bad configuration constructs nothing.
+What only the built stack can tell (:mod:`storage.config.construct` lists it) is raised
+while constructing, one error at a time, after the same source.
 Any option ``X`` may be given as ``X_env = "VARIABLE"`` (read from the environment; an
 unset variable is an error); options ending in ``_file`` are relative to the config file's
 directory. Values from TOML keep their native types and are checked against the declared
@@ -82,8 +85,11 @@ def open_storage(
         ConfigError: every mistake of the configuration, in one error: unknown names ("did
             you mean ..."), missing optional drivers (``pip install 'chatlayers[redis]'``),
             bad options and values (the component, option and allowed values named), unset
-            environment variables; also both environment variables set, or a config file
-            that cannot be read. Passwords are redacted.
+            environment variables, rules joining a layer's options, a file it names that
+            cannot be read; also both environment variables set, or a config file that
+            cannot be read. Then, alone, what only building can tell (a store's own reading
+            of its URL, ``summaries="store"`` over a stack without checkpoints). Passwords
+            are redacted.
         StorageUnavailableError: a file store cannot create its directory (SQLite opens its
             file on first use, and raises it then).
     """

@@ -21,7 +21,7 @@ import attrs
 from storage.errors import ConfigError
 from storage.redact import redact_text, scrubbed_error
 
-__all__ = ["Problem", "config_error", "did_you_mean"]
+__all__ = ["Problem", "config_error", "did_you_mean", "labelled"]
 
 _NUMBERED: Final = re.compile(r"^(?:\[\[layers\]\] #|segment )(\d+)")
 
@@ -79,6 +79,13 @@ def config_error(problems: Sequence[Problem], source: str, secrets: Iterable[str
     ordered = sorted(problems, key=lambda problem: _position(problem.where))
     lines += [f"  - {problem.located()}" for problem in ordered]
     return ConfigError(redact_text("\n".join(lines), hidden))
+
+
+def labelled(label: str, error: BaseException) -> str:
+    """``LABEL: MESSAGE``, how a component's constructor (or its check) refusing a value
+    reads (the message alone when it already names the component)."""
+    text = str(error)
+    return text if text.startswith(label) else f"{label}: {text}"
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

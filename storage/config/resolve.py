@@ -5,7 +5,8 @@ Resolving is where a configuration meets the world, and the only place it does:
 - the environment: ``CHATLAYERS_URL`` / ``CHATLAYERS_CONFIG`` (:func:`configured_source`)
   and a ``[store]`` table's ``url_env`` (:func:`read_store_url`), which say where the
   configuration is, then every ``X_env`` option (``X`` read from the variable it names);
-- files: ``*_file`` options are made relative to the config file's directory;
+- files: ``*_file`` options are made absolute, relative to the config file's directory
+  (else the working directory);
 - the registry and its entry points: each name to its factory (:mod:`storage.config.registry`);
 - each factory's declared options (:mod:`storage.config.options`): an unknown one is refused
   ("did you mean"), a required one demanded, every value converted by its declared type and
@@ -13,7 +14,13 @@ Resolving is where a configuration meets the world, and the only place it does:
 - where a value came from, for a factory declaring ``X_source`` next to ``X`` (the ``scrub``
   layer's ``secret_source``): ``"env:VARIABLE"`` for ``X_env``, ``"config"`` for a value
   written in the URL or the table; such an ``X_source`` is never given by hand;
-- secrets: URL passwords, sensitive option values and values read from the environment.
+- secrets: URL passwords, sensitive option values and values read from the environment;
+- the checks a built-in layer's constructor makes that need nothing built (the
+  summarizing layer's budgets taken together, the scrubbing layer's ``known_values_file``,
+  the encrypting layer's master keys, the configurations a mirroring layer names: the
+  section at the end of this module), for every layer whose options are otherwise good;
+  what only the built stack can tell is left to construction
+  (:mod:`storage.config.construct` lists it).
 
 A :class:`_Resolution` collects every problem (those parsing left in the spec first) and
 every secret in one place, and carries on past each problem, so the ``StackPlan`` lists them
@@ -25,7 +32,9 @@ Nested components (a layer's ``summarizer``) are resolved after their owner acce
 
 from __future__ import annotations
 
+import inspect
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -34,7 +43,7 @@ import attrs
 
 from storage.config.options import Param, convert_option, declared_options
 from storage.config.parse import Parser
-from storage.config.problems import Problem, did_you_mean
+from storage.config.problems import Problem, config_error, did_you_mean, labelled
 from storage.config.registry import Registry
 from storage.config.registry import registry as default_registry
 from storage.config.spec import NESTED, SINGULAR, ComponentSpec, StackSpec
@@ -174,14 +183,18 @@ class _Part:
 class _Resolution:
     """One resolution: every problem and every secret of the stack, collected here."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, within: frozenset[str] = frozenset()) -> None:
         self.registry = registry
         self.secrets: set[str] = set()
         self._problems: list[tuple[tuple[int, ...], Problem]] = []
+        self._failed: set[tuple[int, ...]] = set()  # the keys of parts with a problem
+        self._within = within  # the configurations being resolved around this one
 
     def _problem(self, key: tuple[int, ...], where: str, error: str | ConfigError) -> None:
+        """Record a problem of the part whose key is ``key[:-1]``."""
         cause = error if isinstance(error, ConfigError) else None
         self._problems.append((key, Problem(where, str(error), cause)))
+        self._failed.add(key[:-1])
 
     def stack(self, spec: StackSpec) -> StackPlan:
         spec = read_store_url(spec)
@@ -196,6 +209,9 @@ class _Resolution:
             parts = [part for part in parts if part.factory is not None]
             done += parts
             parts = self._options(parts)
+        for part in done:
+            if part.key not in self._failed:
+                self._check(part)
         problems = list(spec.problems)
         problems += [problem for _, problem in sorted(self._problems, key=lambda p: p[0])]
         if not store.parsed and not problems:  # a hand-made spec with an unread store
@@ -243,6 +259,44 @@ class _Resolution:
                 spec.where,
                 f"{spec.where}: type {given!r} does not match the URL scheme {spec.name!r}",
             )
+
+    def _check(self, part: _Part) -> None:
+        """Run the check of ``part``'s constructor that needs nothing built (the checks at
+        the end of this module); what it refuses is a problem of the part."""
+        check = _check_of(part.factory)
+        if check is None:
+            return
+        spec = part.spec
+        try:
+            check(_Checked(part.factory, part.kwargs, self._configuration))
+        except (ValueError, TypeError, ImportError) as exc:  # ConfigError is a ValueError
+            label = _label(spec)
+            text = labelled(label, exc)
+            if isinstance(exc, ImportError):
+                text = f"{label}: a module it needs is missing: {exc}"
+            key = (*part.key, len(spec.options) + 1)
+            self._problems.append((key, Problem(spec.where or label, text, exc)))
+
+    def _configuration(self, source: str) -> None:
+        """Raise the problems of the configuration ``source`` names (a component's option:
+        the mirroring layer's ``secondary``), resolved, not built; its secrets are ours."""
+        if source in self._within:
+            return  # being resolved already (a configuration naming itself)
+        plan = self._resolve_source(source)
+        self.secrets |= plan.secrets
+        if plan.problems:
+            error = config_error(plan.problems, plan.source, plan.secrets)
+            raise error from error.__cause__
+
+    def _resolve_source(self, source: str) -> StackPlan:
+        """The plan of the configuration ``source`` names, in a resolution of its own.
+
+        Raises:
+            ConfigError: ``source`` is no configuration at all.
+        """
+        from storage.config.loading import to_spec  # loading imports this module
+
+        return _Resolution(self.registry, self._within | {source}).stack(to_spec(source))
 
     def _options(self, parts: list[_Part]) -> list[_Part]:
         """Convert and check every option of ``parts``; return the nested components they
@@ -309,8 +363,9 @@ class _Resolution:
                 if child is not None:
                     nested.append(child)
             else:
-                if name.endswith("_file") and isinstance(value, str) and spec.base_dir is not None:
-                    value = str(spec.base_dir / Path(value).expanduser())
+                if name.endswith("_file") and isinstance(value, str) and value:
+                    # Absolute, so every message names the file that is read.
+                    value = os.path.abspath((spec.base_dir or Path()) / Path(value).expanduser())
                 todo.append((part, index, name, value, param.annotation))
         given = set(options) | set(part.sources)
         for name, param in declared.items():
@@ -413,3 +468,132 @@ def _url_factory(factory: Any) -> Callable[..., Any]:
 
 
 _BASE_FROM_URL: Final = BaseStore.from_url.__func__  # type: ignore[attr-defined]
+
+# --- the checks of the built-in constructors that need nothing built -------------------
+#
+# Besides each value's declared Check, a layer's constructor checks its options together
+# (the summarizing layer's budgets), reads what they name (the scrubbing layer's
+# known_values_file, the encrypting layer's master keys from key_env) and opens the
+# configurations they name (the mirroring layer's secondary). Each check below calls what
+# the constructor calls, without the store below and without opening anything, so its
+# message is the constructor's own; _Resolution._check runs it for every component whose
+# options are otherwise good. They are here, in the resolve pass, because that is where a
+# configuration meets the world. Stores have none: a store reads its own URL when it is
+# built (config knows no scheme).
+
+
+@attrs.frozen
+class _Checked:
+    """What a check is given: one component, resolved.
+
+    Attributes:
+        factory: the component's factory (a class or a function).
+        options: its keyword options, converted (a nested component is its unbuilt plan).
+        configuration: raises the ``ConfigError`` of every problem of the configuration a
+            string names (a store URL, a chain or a config file), resolved, never built.
+    """
+
+    factory: Any
+    options: Mapping[str, Any]
+    configuration: Callable[[str], None]
+
+    def given(self) -> dict[str, Any]:
+        """The options with the factory's defaults for those not given."""
+        defaults = {
+            name: p.default
+            for name, p in inspect.signature(self.factory).parameters.items()
+            if p.default is not p.empty
+        }
+        return defaults | dict(self.options)
+
+
+_Check = Callable[[_Checked], None]
+
+
+def _check_of(factory: Any) -> _Check | None:
+    """The check of a built-in ``factory`` (``None`` for any other: a third-party
+    component's constructor checks run when it is built)."""
+    name = f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', '')}"
+    return _CHECKS.get(name)
+
+
+def _summarize(checked: _Checked) -> None:
+    """The summarizing layer's options as a whole (``SummarizingOptions.of``, which its
+    constructor calls before it looks at the store below)."""
+    from storage.layers.summarizing.options import SummarizingOptions
+
+    given = checked.given()
+    wanted = [
+        name for name in inspect.signature(SummarizingOptions.of).parameters if name != "clock"
+    ]
+    if any(name not in given for name in wanted):
+        return  # a constructor this check does not know: it checks when it is built
+    SummarizingOptions.of(
+        clock=given.get("clock") or time.monotonic, **{name: given[name] for name in wanted}
+    )
+
+
+def _built_over_a_stand_in(checked: _Checked) -> None:
+    """A layer that only keeps the store below it (``scrub``, ``strict``, ``transform``):
+    its constructor itself, over an empty in-memory store (the scrubbing layer reads its
+    ``known_values_file`` and builds its scrubber)."""
+    from storage.stores.memory import InMemoryChatStorage
+
+    checked.factory(InMemoryChatStorage(), **checked.options)
+
+
+def _encrypt(checked: _Checked) -> None:
+    """The encrypting layer's ``cache_chars`` and master keys (``keys``, or the variable
+    ``key_env`` names), as its constructor reads them before it opens the keyring."""
+    from storage.layers.encrypting.master import load_master_keys
+
+    given = checked.given()
+    cache_chars = given.get("cache_chars")
+    if type(cache_chars) is not int or cache_chars < 0:  # the constructor's own check
+        raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
+    load_master_keys(given.get("keys"), given.get("key_env"))
+
+
+def _mirror(checked: _Checked) -> None:
+    """The configurations the mirroring layer's ``secondary`` and ``journal`` name."""
+    for name in ("secondary", "journal"):
+        _configuration(checked, name)
+
+
+def _configuration(checked: _Checked, name: str) -> None:
+    """The configuration option ``name`` names, when it is a string.
+
+    Raises:
+        ConfigError: its problems, under ``option 'NAME':`` (a list of them indented).
+    """
+    value = checked.options.get(name)
+    if not isinstance(value, str):
+        return
+    try:
+        checked.configuration(value)
+    except ConfigError as exc:
+        nested = str(exc).replace("\n", "\n    ")
+        raise ConfigError(f"option {name!r}: {nested}") from exc
+
+
+def _otel(checked: _Checked) -> None:
+    """The otel layer's ``secret`` (when given: none is a random one, warned about once,
+    when the layer is built)."""
+    from storage.telemetry.ids import KeyHasher
+
+    secret = checked.options.get("secret")
+    if secret is not None:
+        KeyHasher(secret, source=checked.options.get("secret_source"))
+
+
+_CHECKS: Final[Mapping[str, _Check]] = {
+    "storage.layers.summarizing.layer:SummarizingChatStorage": _summarize,
+    "storage.layers.scrubbing:scrub_layer": _built_over_a_stand_in,
+    "storage.layers.strict:StrictViewChatStorage": _built_over_a_stand_in,
+    "storage.layers.transforming:TransformingChatStorage": _built_over_a_stand_in,
+    "storage.layers.encrypting.layer:EncryptingChatStorage": _encrypt,
+    "storage.layers.mirroring.layer:MirrorChatStorage": _mirror,
+    "storage.layers.otel:TelemetryChatStorage": _otel,
+}
+"""Each built-in component's check, by the ``module:qualname`` of its factory (a test keeps
+these the registry's)."""

@@ -7,14 +7,16 @@ import json
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import pytest
 
+import storage.config.resolve as resolve_module
 from storage.checked import Check
 from storage.cli import main
 from storage.config import describe, load_config, open_storage
 from storage.config.parse import parse_url
-from storage.config.registry import Registry
+from storage.config.registry import KINDS, Registry
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.layers.scrubbing import scrub_layer
 from storage.layers.transforming import TransformingChatStorage
@@ -528,3 +530,154 @@ def test_a_constructor_refusing_a_value_it_does_not_declare_is_a_config_error() 
     with pytest.raises(ConfigError, match="store 'postgresql': need min_size <= max_size") as info:
         open_storage("postgresql://localhost/db?min_size=5&max_size=2")
     assert isinstance(info.value.__cause__, InvalidArgumentError)
+
+
+# --- the checks a constructor makes are reported with every other problem ---------------
+
+
+def test_a_rule_joining_options_is_listed_with_the_other_problems(tmp_path: Path) -> None:
+    url = f"summarize?trigger_at=5&trigger_tokens=100::scrub?mode=maskk::sqlite:///{tmp_path}/a.db"
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    assert str(info.value).startswith(f"URL {url}: 2 problems:\n")
+    assert problem_lines(info.value) == [
+        "segment 1 (summarize): layer 'summarize': give trigger_at (pairs) or a token budget, "
+        "not both",
+        "segment 2 (scrub): layer 'scrub': option 'mode' must be one of 'redact', 'mask'; "
+        "got 'maskk'",
+    ]
+    assert list(tmp_path.iterdir()) == []  # nothing constructed
+
+
+def test_every_layers_constructor_checks_are_reported_before_anything_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("cryptography")
+    monkeypatch.delenv("CHATLAYERS_TEST_UNSET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "conf").mkdir()
+    path = write(
+        tmp_path / "conf",
+        """\
+        [store]
+        type = "sqlite"
+        paht = "chats.db"
+
+        [[layers]]
+        type = "summarize"
+        keep_tokens = 100
+
+        [[layers]]
+        type = "encrypt"
+        keyring = "keys.db"
+        key_env = "CHATLAYERS_TEST_UNSET"
+
+        [[layers]]
+        type = "scrub"
+        known_values_file = "nope.toml"
+
+        [[layers]]
+        type = "summarize"
+        trigger_fraction = 0.5
+        model = "no-such-model"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        open_storage(path)
+    lines = problem_lines(info.value)
+    assert str(info.value).startswith(f"config {path}: 5 problems:\n")
+    assert lines[0].startswith("[store]: store 'sqlite' has no option 'paht' (did you mean")
+    assert lines[1] == (
+        "[[layers]] #1 (summarize): layer 'summarize': keep_tokens needs a token budget "
+        "(trigger_tokens or trigger_fraction)"
+    )
+    assert lines[2].startswith(
+        "[[layers]] #2 (encrypt): layer 'encrypt': encrypt: the environment variable "
+        "CHATLAYERS_TEST_UNSET (key_env) is not set"
+    )
+    known = tmp_path / "conf" / "nope.toml"  # relative to the config file, named absolute
+    assert lines[3] == (
+        f"[[layers]] #3 (scrub): layer 'scrub': scrub: cannot read known_values_file "
+        f"'{known}': No such file or directory"
+    )
+    assert lines[4].startswith(
+        "[[layers]] #4 (summarize): layer 'summarize': no context window known for model "
+        "'no-such-model'"
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["conf", "stack.toml"]  # nothing made
+
+
+def test_a_file_option_of_a_url_is_named_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        open_storage("scrub?known_values_file=names.toml::summarize?keep_tokens=3::memory://")
+    assert problem_lines(info.value) == [
+        f"segment 1 (scrub): layer 'scrub': scrub: cannot read known_values_file "
+        f"'{tmp_path / 'names.toml'}': No such file or directory",
+        "segment 2 (summarize): layer 'summarize': keep_tokens needs a token budget "
+        "(trigger_tokens or trigger_fraction)",
+    ]
+    (tmp_path / "names.toml").write_text('PERSON = ["Ada Lovelace"]\n')
+    stack = open_storage("scrub?known_values_file=names.toml::memory://")
+    assert isinstance(stack.inner, TransformingChatStorage)
+
+
+def test_a_component_with_a_bad_option_is_not_checked_as_a_whole() -> None:
+    # trigger_tokens is malformed, not missing: "keep_tokens needs a token budget" would mislead.
+    with pytest.raises(ConfigError) as info:
+        open_storage("summarize?trigger_tokens=many&keep_tokens=5::memory://")
+    assert str(info.value) == (
+        "URL summarize?trigger_tokens=many&keep_tokens=5::memory://: layer 'summarize': "
+        "option 'trigger_tokens' must be an integer, got 'many'"
+    )
+
+
+def test_the_configuration_a_mirror_names_is_checked_with_the_stack(tmp_path: Path) -> None:
+    secondary = "scrub?mode=x&secret=mirror-s3cret-value::summarize?keep_tokens=3::memory://"
+    url = f"mirror?secondary={quote(secondary, safe='')}::sqlite:///{tmp_path}/a.db?retention=x"
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    text = str(info.value)
+    assert "s3cret" not in text
+    assert text.splitlines()[1:] == [
+        "  - segment 1 (mirror): layer 'mirror': option 'secondary': URL "
+        "scrub?mode=x&secret=***::summarize?keep_tokens=3::memory://: 2 problems:",
+        "      - segment 1 (scrub): layer 'scrub': option 'mode' must be one of 'redact', "
+        "'mask'; got 'x'",
+        "      - segment 2 (summarize): layer 'summarize': keep_tokens needs a token budget "
+        "(trigger_tokens or trigger_fraction)",
+        "  - segment 2 (sqlite): store 'sqlite': option 'retention': invalid duration 'x': "
+        "use seconds or a number with a unit (ms, s, m, h, d, w), e.g. '30d', '12h', '1.5h'",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_what_only_the_built_stack_can_tell_is_reported_after_the_source() -> None:
+    url = "summarize?summaries=store::strict::memory://"
+    with pytest.raises(ConfigError) as info:
+        open_storage(url)
+    assert str(info.value).startswith(
+        f"URL {url}: layer 'summarize': summaries='store' needs summary checkpoints"
+    )
+    with pytest.raises(ConfigError) as stored:  # a store reads its own URL when it is built
+        open_storage("summarize::sqlite://a.db")
+    assert str(stored.value).startswith(
+        "URL summarize::sqlite://a.db: store 'sqlite': 'sqlite://a.db' names a host, not a file"
+    )
+
+
+def test_the_checks_are_those_of_the_registered_built_ins() -> None:
+    registry = Registry(entry_points=False)
+    built_ins = set()
+    for kind in KINDS:
+        for name in registry.names(kind):
+            try:
+                factory = registry.resolve(kind, name)
+            except ConfigError:
+                continue  # an optional driver that is not installed
+            built_ins.add(f"{factory.__module__}:{factory.__qualname__}")
+    checked = set(resolve_module._CHECKS)
+    assert checked <= built_ins | {"storage.layers.encrypting.layer:EncryptingChatStorage"}
+    assert "storage.layers.summarizing.layer:SummarizingChatStorage" in checked & built_ins

@@ -242,7 +242,9 @@ def test_a_check_reads_like_the_constructors_own_error(recap_registry: Registry)
         open_storage("recap?trigger_at=0::memory://", registry=recap_registry)
     with pytest.raises(ConfigError) as unchecked:  # found by the constructor, alone
         open_storage("unchecked?trigger_at=0::memory://", registry=recap_registry)
-    assert str(unchecked.value) == "layer 'unchecked': trigger_at must be >= 1, got 0"
+    assert str(unchecked.value) == (
+        "URL unchecked?trigger_at=0::memory://: layer 'unchecked': trigger_at must be >= 1, got 0"
+    )
     assert str(checked.value) == (
         "URL recap?trigger_at=0::memory://: layer 'recap': trigger_at must be >= 1, got 0"
     )
