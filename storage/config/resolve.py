@@ -17,8 +17,8 @@ Resolving is where a configuration meets the world, and the only place it does:
 - secrets: URL passwords, sensitive option values and values read from the environment;
 - the checks a built-in layer's constructor makes that need nothing built (the
   summarizing layer's budgets taken together, the scrubbing layer's ``known_values_file``,
-  the encrypting layer's master keys, the configurations a mirroring layer names: the
-  section at the end of this module), for every layer whose options are otherwise good;
+  the encrypting layer's master keys, the configurations a mirroring layer names:
+  :mod:`storage.layers.checks`), for every layer whose options are otherwise good;
   what only the built stack can tell is left to construction
   (:mod:`storage.config.construct` lists it).
 
@@ -32,9 +32,7 @@ Nested components (a layer's ``summarizer``) are resolved after their owner acce
 
 from __future__ import annotations
 
-import inspect
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -48,6 +46,7 @@ from storage.config.registry import Registry
 from storage.config.registry import registry as default_registry
 from storage.config.spec import NESTED, SINGULAR, ComponentSpec, StackSpec
 from storage.errors import ConfigError
+from storage.layers.checks import Checked, check_of
 from storage.redact import is_sensitive, secrets_of_options, secrets_of_url
 from storage.stores.base import BaseStore
 
@@ -261,14 +260,14 @@ class _Resolution:
             )
 
     def _check(self, part: _Part) -> None:
-        """Run the check of ``part``'s constructor that needs nothing built (the checks at
-        the end of this module); what it refuses is a problem of the part."""
-        check = _check_of(part.factory)
+        """Run the check of ``part``'s constructor that needs nothing built
+        (:mod:`storage.layers.checks`); what it refuses is a problem of the part."""
+        check = check_of(part.factory)
         if check is None:
             return
         spec = part.spec
         try:
-            check(_Checked(part.factory, part.kwargs, self._configuration))
+            check(Checked(part.factory, part.kwargs, self._configuration))
         except (ValueError, TypeError, ImportError) as exc:  # ConfigError is a ValueError
             label = _label(spec)
             text = labelled(label, exc)
@@ -468,132 +467,3 @@ def _url_factory(factory: Any) -> Callable[..., Any]:
 
 
 _BASE_FROM_URL: Final = BaseStore.from_url.__func__  # type: ignore[attr-defined]
-
-# --- the checks of the built-in constructors that need nothing built -------------------
-#
-# Besides each value's declared Check, a layer's constructor checks its options together
-# (the summarizing layer's budgets), reads what they name (the scrubbing layer's
-# known_values_file, the encrypting layer's master keys from key_env) and opens the
-# configurations they name (the mirroring layer's secondary). Each check below calls what
-# the constructor calls, without the store below and without opening anything, so its
-# message is the constructor's own; _Resolution._check runs it for every component whose
-# options are otherwise good. They are here, in the resolve pass, because that is where a
-# configuration meets the world. Stores have none: a store reads its own URL when it is
-# built (config knows no scheme).
-
-
-@attrs.frozen
-class _Checked:
-    """What a check is given: one component, resolved.
-
-    Attributes:
-        factory: the component's factory (a class or a function).
-        options: its keyword options, converted (a nested component is its unbuilt plan).
-        configuration: raises the ``ConfigError`` of every problem of the configuration a
-            string names (a store URL, a chain or a config file), resolved, never built.
-    """
-
-    factory: Any
-    options: Mapping[str, Any]
-    configuration: Callable[[str], None]
-
-    def given(self) -> dict[str, Any]:
-        """The options with the factory's defaults for those not given."""
-        defaults = {
-            name: p.default
-            for name, p in inspect.signature(self.factory).parameters.items()
-            if p.default is not p.empty
-        }
-        return defaults | dict(self.options)
-
-
-_Check = Callable[[_Checked], None]
-
-
-def _check_of(factory: Any) -> _Check | None:
-    """The check of a built-in ``factory`` (``None`` for any other: a third-party
-    component's constructor checks run when it is built)."""
-    name = f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', '')}"
-    return _CHECKS.get(name)
-
-
-def _summarize(checked: _Checked) -> None:
-    """The summarizing layer's options as a whole (``SummarizingOptions.of``, which its
-    constructor calls before it looks at the store below)."""
-    from storage.layers.summarizing.options import SummarizingOptions
-
-    given = checked.given()
-    wanted = [
-        name for name in inspect.signature(SummarizingOptions.of).parameters if name != "clock"
-    ]
-    if any(name not in given for name in wanted):
-        return  # a constructor this check does not know: it checks when it is built
-    SummarizingOptions.of(
-        clock=given.get("clock") or time.monotonic, **{name: given[name] for name in wanted}
-    )
-
-
-def _built_over_a_stand_in(checked: _Checked) -> None:
-    """A layer that only keeps the store below it (``scrub``, ``strict``, ``transform``):
-    its constructor itself, over an empty in-memory store (the scrubbing layer reads its
-    ``known_values_file`` and builds its scrubber)."""
-    from storage.stores.memory import InMemoryChatStorage
-
-    checked.factory(InMemoryChatStorage(), **checked.options)
-
-
-def _encrypt(checked: _Checked) -> None:
-    """The encrypting layer's ``cache_chars`` and master keys (``keys``, or the variable
-    ``key_env`` names), as its constructor reads them before it opens the keyring."""
-    from storage.layers.encrypting.master import load_master_keys
-
-    given = checked.given()
-    cache_chars = given.get("cache_chars")
-    if type(cache_chars) is not int or cache_chars < 0:  # the constructor's own check
-        raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
-    load_master_keys(given.get("keys"), given.get("key_env"))
-
-
-def _mirror(checked: _Checked) -> None:
-    """The configurations the mirroring layer's ``secondary`` and ``journal`` name."""
-    for name in ("secondary", "journal"):
-        _configuration(checked, name)
-
-
-def _configuration(checked: _Checked, name: str) -> None:
-    """The configuration option ``name`` names, when it is a string.
-
-    Raises:
-        ConfigError: its problems, under ``option 'NAME':`` (a list of them indented).
-    """
-    value = checked.options.get(name)
-    if not isinstance(value, str):
-        return
-    try:
-        checked.configuration(value)
-    except ConfigError as exc:
-        nested = str(exc).replace("\n", "\n    ")
-        raise ConfigError(f"option {name!r}: {nested}") from exc
-
-
-def _otel(checked: _Checked) -> None:
-    """The otel layer's ``secret`` (when given: none is a random one, warned about once,
-    when the layer is built)."""
-    from storage.telemetry.ids import KeyHasher
-
-    secret = checked.options.get("secret")
-    if secret is not None:
-        KeyHasher(secret, source=checked.options.get("secret_source"))
-
-
-_CHECKS: Final[Mapping[str, _Check]] = {
-    "storage.layers.summarizing.layer:SummarizingChatStorage": _summarize,
-    "storage.layers.scrubbing:scrub_layer": _built_over_a_stand_in,
-    "storage.layers.strict:StrictViewChatStorage": _built_over_a_stand_in,
-    "storage.layers.transforming:TransformingChatStorage": _built_over_a_stand_in,
-    "storage.layers.encrypting.layer:EncryptingChatStorage": _encrypt,
-    "storage.layers.mirroring.layer:MirrorChatStorage": _mirror,
-    "storage.layers.otel:TelemetryChatStorage": _otel,
-}
-"""Each built-in component's check, by the ``module:qualname`` of its factory (a test keeps
-these the registry's)."""

@@ -11,13 +11,13 @@ from urllib.parse import quote
 
 import pytest
 
-import storage.config.resolve as resolve_module
 from storage.checked import Check
 from storage.cli import main
 from storage.config import describe, load_config, open_storage
 from storage.config.parse import parse_url
 from storage.config.registry import KINDS, Registry
 from storage.errors import ConfigError, InvalidArgumentError
+from storage.layers.checks import CHECKS
 from storage.layers.scrubbing import scrub_layer
 from storage.layers.transforming import TransformingChatStorage
 from storage.message import ChatKey, ChatMessage, ToolCall
@@ -678,6 +678,6 @@ def test_the_checks_are_those_of_the_registered_built_ins() -> None:
             except ConfigError:
                 continue  # an optional driver that is not installed
             built_ins.add(f"{factory.__module__}:{factory.__qualname__}")
-    checked = set(resolve_module._CHECKS)
+    checked = set(CHECKS)
     assert checked <= built_ins | {"storage.layers.encrypting.layer:EncryptingChatStorage"}
     assert "storage.layers.summarizing.layer:SummarizingChatStorage" in checked & built_ins
