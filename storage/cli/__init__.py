@@ -46,7 +46,7 @@ from typing import Final, NoReturn, TextIO
 import anyio
 
 from storage.cli.output import Output
-from storage.cli.registry import registered
+from storage.cli.registry import existing_only, registered
 from storage.config import open_storage
 from storage.config.loading import ENV_CONFIG, ENV_URL, to_spec
 from storage.config.stack import Stack, components
@@ -67,9 +67,6 @@ COMMAND_MODULES: Final = (
     "storage.cli.travel",
 )
 """Modules whose :func:`storage.cli.registry.command` registrations make the subcommands."""
-
-_CREATED_ON_USE: Final = frozenset({"sqlite", "jsonl"})
-"""Stores that create a missing file or directory on use unless given ``create=False``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -200,9 +197,8 @@ def _open(args: argparse.Namespace) -> Stack:
     spec = to_spec(url or (Path(config) if config else None))
     # Commands that only read, or change only what is stored, must not create an empty
     # store (a SQLite file, a JSONL directory) at a mistyped path.
-    existing = getattr(args, "read_only", False) or getattr(args, "existing_store", False)
-    if existing and spec.store.name in _CREATED_ON_USE:
-        spec.store.options.setdefault("create", False)
+    if getattr(args, "read_only", False) or getattr(args, "existing_store", False):
+        spec = existing_only(spec)
     return open_storage(spec)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.cli.output import Output
-from storage.cli.registry import command
+from storage.cli.registry import command, existing_only
 from storage.config import open_storage
 from storage.config.loading import to_spec
 from storage.config.stack import Stack, describe_lines
@@ -34,9 +34,7 @@ COLUMNS = ("", "keys", "messages", "checkpoints", "records", "seconds")
 
 def _stack(value: str, *, read_only: bool) -> Stack:
     spec = to_spec(value)
-    if read_only and spec.store.name in ("sqlite", "jsonl"):
-        spec.store.options.setdefault("create", False)  # never an empty store at a typo
-    return open_storage(spec)
+    return open_storage(existing_only(spec) if read_only else spec)
 
 
 def _ends(args: argparse.Namespace) -> tuple[str, str]:

@@ -28,8 +28,12 @@ from typing import Any
 import attrs
 
 from storage.cli.output import Output
+from storage.config.spec import StackSpec
 
-__all__ = ["Command", "Handler", "command", "registered"]
+_CREATED_ON_USE = frozenset({"sqlite", "jsonl"})
+"""Stores that create a missing file or directory on use unless given ``create=False``."""
+
+__all__ = ["Command", "Handler", "command", "existing_only", "registered"]
 
 Handler = Callable[[argparse.Namespace, Output, Any], Awaitable[int]]
 
@@ -101,3 +105,12 @@ def command(
 def registered() -> list[Command]:
     """Every registered command, in registration order."""
     return list(_COMMANDS.values())
+
+
+def existing_only(spec: StackSpec) -> StackSpec:
+    """``spec`` with a store that would create a missing file or directory (SQLite, JSONL)
+    told not to (``create=False``): what a ``read_only`` or ``existing_store`` command opens,
+    so a mistyped path is refused, never taken for an empty store."""
+    if spec.store.name in _CREATED_ON_USE:
+        spec.store.options.setdefault("create", False)
+    return spec
