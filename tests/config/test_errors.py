@@ -15,7 +15,7 @@ from storage.checked import Check
 from storage.cli import main
 from storage.config import describe, load_config, open_storage
 from storage.config.parse import parse_url
-from storage.config.registry import KINDS, Registry
+from storage.config.registry import Registry
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.layers.checks import CHECKS
 from storage.layers.scrubbing import scrub_layer
@@ -25,6 +25,7 @@ from storage.pii import PIIScrubber
 from storage.stores.jsonl import JsonlChatStorage
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
+from tests.config.built_ins import built_ins
 
 KEY = ChatKey("u", "s", "a")
 
@@ -669,15 +670,7 @@ def test_what_only_the_built_stack_can_tell_is_reported_after_the_source() -> No
 
 
 def test_the_checks_are_those_of_the_registered_built_ins() -> None:
-    registry = Registry(entry_points=False)
-    built_ins = set()
-    for kind in KINDS:
-        for name in registry.names(kind):
-            try:
-                factory = registry.resolve(kind, name)
-            except ConfigError:
-                continue  # an optional driver that is not installed
-            built_ins.add(f"{factory.__module__}:{factory.__qualname__}")
+    factories = {f"{factory.__module__}:{factory.__qualname__}" for _, _, factory in built_ins()}
     checked = set(CHECKS)
-    assert checked <= built_ins | {"storage.layers.encrypting.layer:EncryptingChatStorage"}
-    assert "storage.layers.summarizing.layer:SummarizingChatStorage" in checked & built_ins
+    assert checked <= factories | {"storage.layers.encrypting.layer:EncryptingChatStorage"}
+    assert "storage.layers.summarizing.layer:SummarizingChatStorage" in checked & factories

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from storage.config import open_storage
 from storage.config.options import declared_options
-from storage.config.registry import KINDS, Registry
 from storage.errors import ConfigError
 from storage.redact import is_sensitive, redact_text, secrets_of_options, secrets_of_url
 from tests.cli.helpers import run
+from tests.config.built_ins import built_ins
 
 DURATION_HINT = "use seconds or a number with a unit (ms, s, m, h, d, w), e.g. '30d'"
 
@@ -166,16 +166,10 @@ def test_names_that_hold_no_secret() -> None:
 def test_the_built_in_options_that_hold_a_secret() -> None:
     """Every option a built-in store, layer or summarizer declares, classified: a new option
     whose name looks secret (or hides one) must be looked at."""
-    registry = Registry(entry_points=False)
     secret = set()
-    for kind in KINDS:
-        for name in registry.names(kind):
-            try:
-                factory = registry.resolve(kind, name)
-            except ConfigError:
-                continue  # an optional driver that is not installed
-            declared, _ = declared_options(factory, skip_first=kind == "layers")
-            secret |= {(name, option) for option in declared if is_sensitive(option)}
+    for kind, name, factory in built_ins():
+        declared, _ = declared_options(factory, skip_first=kind == "layers")
+        secret |= {(name, option) for option in declared if is_sensitive(option)}
     assert secret <= {("encrypt", "keys"), ("otel", "secret"), ("scrub", "secret")}
     assert ("scrub", "secret") in secret
 

@@ -185,6 +185,18 @@ async def test_delete_user_is_idempotent_and_the_user_can_come_back(tmp_path: Pa
     await layer.aclose()
 
 
+def sealed(store: SQLiteChatStorage, keyring: Path) -> EncryptingChatStorage:
+    return EncryptingChatStorage(store, keys=MASTER, keyring=keyring, create_keyring=True)
+
+
+def summarizing_worker(below: EncryptingChatStorage) -> Any:
+    """A summarizing worker over ``below``: a summary past 3 pairs, the last turn kept."""
+    from storage.layers.summarizing import SummarizingChatStorage
+    from summarizers import ExtractiveSummarizer
+
+    return SummarizingChatStorage(below, ExtractiveSummarizer(), trigger_at=3, keep_last=1)
+
+
 class _DeleteFails(SQLiteChatStorage):
     """The store's part of an erasure fails (locked, unreachable): the key is gone already."""
 
@@ -198,19 +210,11 @@ async def test_a_warm_summarizing_worker_never_seals_erased_text_into_a_summary(
     # Another instance destroyed the user's key but failed to delete the record: no head
     # changed, so worker A's cached view still holds the plaintext. Its next summary is made
     # of what the layers below serve now, never of that cache.
-    from storage.layers.summarizing import SummarizingChatStorage
-    from summarizers import ExtractiveSummarizer
-
     keyring, db = tmp_path / "k.db", tmp_path / "c.db"
 
-    def stack(store: SQLiteChatStorage) -> EncryptingChatStorage:
-        return EncryptingChatStorage(store, keys=MASTER, keyring=keyring, create_keyring=True)
-
     key = ChatKey("erased-user", "s", "a")
-    worker = SummarizingChatStorage(
-        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
-    )
-    eraser = stack(_DeleteFails(db))
+    worker = summarizing_worker(sealed(SQLiteChatStorage(db), keyring))
+    eraser = sealed(_DeleteFails(db), keyring)
     async with worker:
         await worker.save_messages(key, conversation("erased-user", 0))
         assert "plaintext-erased-user-0-question" in (await worker.fetch(key))[0].text
@@ -221,9 +225,7 @@ async def test_a_warm_summarizing_worker_never_seals_erased_text_into_a_summary(
         view = await worker.fetch(key)
         assert view[0].is_summary  # a summary was made after the erasure
         assert "plaintext-erased" not in " ".join(m.text for m in view)
-    fresh = SummarizingChatStorage(
-        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
-    )
+    fresh = summarizing_worker(sealed(SQLiteChatStorage(db), keyring))
     async with fresh:
         served = " ".join(m.text for m in await fresh.fetch(key))
         assert "plaintext-other-4-answer" in served
@@ -304,19 +306,11 @@ async def test_a_warm_summarizing_worker_stops_serving_a_user_whose_key_another_
     # The eraser destroyed the key, its store delete failed: no raw head changed, yet the
     # worker's hot path (a head read, the view from memory) must not serve the plaintext it
     # holds. It raises what every other read raises until the erasure is finished.
-    from storage.layers.summarizing import SummarizingChatStorage
-    from summarizers import ExtractiveSummarizer
-
     keyring, db = tmp_path / "k.db", tmp_path / "c.db"
 
-    def stack(store: SQLiteChatStorage) -> EncryptingChatStorage:
-        return EncryptingChatStorage(store, keys=MASTER, keyring=keyring, create_keyring=True)
-
     key, kept = ChatKey("erased-user", "s", "a"), ChatKey("kept-user-1", "s", "a")
-    worker = SummarizingChatStorage(
-        stack(SQLiteChatStorage(db)), ExtractiveSummarizer(), trigger_at=3, keep_last=1
-    )
-    eraser = stack(_DeleteFails(db))
+    worker = summarizing_worker(sealed(SQLiteChatStorage(db), keyring))
+    eraser = sealed(_DeleteFails(db), keyring)
     async with worker:
         for k in (key, kept):
             await worker.save_messages(k, conversation(k.user_id, 0))
@@ -330,7 +324,7 @@ async def test_a_warm_summarizing_worker_stops_serving_a_user_whose_key_another_
             "plaintext-kept-user-1-0-question",
             "plaintext-kept-user-1-0-answer",
         ]
-        finisher = stack(SQLiteChatStorage(db))
+        finisher = sealed(SQLiteChatStorage(db), keyring)
         await finisher.delete_user("erased-user")  # the retry finishes it
         assert await worker.fetch(key) == []
         await worker.save(key, ChatMessage("user", "back again"))
