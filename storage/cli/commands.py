@@ -26,7 +26,7 @@ from storage.cli.transfer import (
     record_reader,
     require_listable,
 )
-from storage.cli.words import plural
+from storage.cli.words import duration, plural
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
@@ -45,14 +45,6 @@ def database(stack: Stack) -> str:
     if isinstance(path, str | os.PathLike) and str(path) != ":memory:":
         return os.path.abspath(path)
     return store_label(stack)
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} µs"
-    return f"{seconds * 1e3:.2f} ms"
 
 
 def render_message(message: ChatMessage) -> str:
@@ -145,8 +137,8 @@ async def _cmd_replay(args: argparse.Namespace, out: Output, stack: Stack) -> in
         (f"raw history (tokens, {args.model})", _tokens(report.raw_tokens)),
         (f"model view (tokens, {args.model})", _tokens(report.view_tokens)),
         ("fetches", len(report.fetch_seconds)),
-        ("fetch p50", _ms(p50)),
-        ("fetch p99", _ms(p99)),
+        ("fetch p50", duration(p50)),
+        ("fetch p99", duration(p99)),
         *report.save_rows(),
     ]
     out.table("chatlayers replay", ("", "value"), rows, show_header=False)

@@ -25,6 +25,7 @@ from typing import Any, Final
 import attrs
 
 from storage.cli.conversation_file import Conversation
+from storage.cli.words import duration
 from storage.config.stack import Stack, components
 from storage.errors import ConfigError
 from storage.message import ChatMessage
@@ -143,8 +144,8 @@ class ReplayReport:
         ]
 
     def save_rows(self) -> list[tuple[str, str]]:
-        """What a save cost: plain saves and saves that triggered a summary, p50 and max,
-        in milliseconds."""
+        """What a save cost: plain saves and saves that triggered a summary, p50 and max
+        (:func:`~storage.cli.words.duration`)."""
         rows = []
         mode = "background" if self.background else "inline"
         for label, values in (
@@ -154,7 +155,7 @@ class ReplayReport:
         ):
             q = 1.0 if label.endswith(f"max ({mode})") else 0.5
             value = self.percentile(q, values)
-            rows.append((label, "-" if value is None else f"{value * 1e3:.2f} ms"))
+            rows.append((label, "-" if value is None else duration(value)))
         return rows
 
 
