@@ -24,6 +24,7 @@ from storage.redact import redact_text, scrubbed_error
 __all__ = ["Problem", "config_error", "did_you_mean", "labelled"]
 
 _NUMBERED: Final = re.compile(r"^(?:\[\[layers\]\] #|segment )(\d+)")
+_NAMED: Final = re.compile(r"^(?:layer|store) '([^']+)'$")
 
 
 @attrs.frozen
@@ -83,9 +84,16 @@ def config_error(problems: Sequence[Problem], source: str, secrets: Iterable[str
 
 def labelled(label: str, error: BaseException) -> str:
     """``LABEL: MESSAGE``, how a component's constructor (or its check) refusing a value
-    reads (the message alone when it already names the component)."""
+    reads: the message alone when it already names the component, and without the
+    ``NAME: `` a layer's own errors open with (``scrub: cannot read ...`` under
+    ``layer 'scrub'``)."""
     text = str(error)
-    return text if text.startswith(label) else f"{label}: {text}"
+    if text.startswith(label):
+        return text
+    named = _NAMED.search(label)
+    if named is not None:
+        text = text.removeprefix(f"{named.group(1)}: ")
+    return f"{label}: {text}"
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -593,12 +593,12 @@ def test_every_layers_constructor_checks_are_reported_before_anything_is_built(
         "(trigger_tokens or trigger_fraction)"
     )
     assert lines[2].startswith(
-        "[[layers]] #2 (encrypt): layer 'encrypt': encrypt: the environment variable "
+        "[[layers]] #2 (encrypt): layer 'encrypt': the environment variable "
         "CHATLAYERS_TEST_UNSET (key_env) is not set"
     )
     known = tmp_path / "conf" / "nope.toml"  # relative to the config file, named absolute
     assert lines[3] == (
-        f"[[layers]] #3 (scrub): layer 'scrub': scrub: cannot read known_values_file "
+        f"[[layers]] #3 (scrub): layer 'scrub': cannot read known_values_file "
         f"'{known}': No such file or directory"
     )
     assert lines[4].startswith(
@@ -615,7 +615,7 @@ def test_a_file_option_of_a_url_is_named_by_its_absolute_path(
     with pytest.raises(ConfigError) as info:
         open_storage("scrub?known_values_file=names.toml::summarize?keep_tokens=3::memory://")
     assert problem_lines(info.value) == [
-        f"segment 1 (scrub): layer 'scrub': scrub: cannot read known_values_file "
+        f"segment 1 (scrub): layer 'scrub': cannot read known_values_file "
         f"'{tmp_path / 'names.toml'}': No such file or directory",
         "segment 2 (summarize): layer 'summarize': keep_tokens needs a token budget "
         "(trigger_tokens or trigger_fraction)",
