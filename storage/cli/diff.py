@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.cli.conversation_file import read_conversations
-from storage.cli.eval import load_extractor
+from storage.cli.eval import load_extractor, replay_arguments
 from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
@@ -161,27 +161,11 @@ async def _cmd_diff(args: argparse.Namespace, out: Output, stack: None) -> int:
     return 0 if report.equal else 1
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "files", nargs="+", metavar="FILE", help="JSONL (one conversation per line) or JSON list"
-    )
-    p.add_argument(
-        "--model", default="gpt-4o", help="model whose tokenizer counts tokens (default gpt-4o)"
-    )
-    p.add_argument(
-        "--facts",
-        default=None,
-        metavar="MODULE:CALLABLE",
-        help="what counts as a fact for retention: a callable text -> set of str "
-        "(default storage.eval.facts:extract_facts)",
-    )
-
-
 command(
     "diff",
     help="replay conversations through two stacks (fresh stores) and compare their views; "
     "exit 1 when they differ",
-    arguments=_arguments,
+    arguments=replay_arguments,
     needs_stack=False,
     many_stacks=True,
     check=_check,

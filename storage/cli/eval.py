@@ -26,7 +26,7 @@ from storage.errors import ConfigError
 from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate_urls
 from storage.facts import FactExtractor, extract_facts
 
-__all__ = ["COLUMNS", "load_extractor", "report_rows"]
+__all__ = ["COLUMNS", "load_extractor", "replay_arguments", "report_rows"]
 
 COLUMNS = (
     "stack",
@@ -153,7 +153,9 @@ async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
     return 0
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
+def replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of a command that replays conversation files through fresh stacks
+    (``eval``, ``diff``): the files, ``--model`` (tokenizer) and ``--facts`` (extractor)."""
     p.add_argument(
         "files", nargs="+", metavar="FILE", help="JSONL (one conversation per line) or JSON list"
     )
@@ -164,7 +166,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--facts",
         default=None,
         metavar="MODULE:CALLABLE",
-        help="what counts as a fact: a callable text -> set of str "
+        help="what counts as a fact for retention: a callable text -> set of str "
         "(default storage.eval.facts:extract_facts)",
     )
 
@@ -172,7 +174,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 command(
     "eval",
     help="measure the facts each stack's model view keeps, beside truncation (fresh stores)",
-    arguments=_arguments,
+    arguments=replay_arguments,
     needs_stack=False,
     many_stacks=True,
 )(_cmd_eval)
