@@ -2,7 +2,9 @@
 
 A save returns once its raw write is done; the summary it made due is scheduled here and made
 in the runner's task group, at most one task per key at a time (a key already scheduled is not
-scheduled again: the running task sees every message saved meanwhile). The group is the
+scheduled again: when the messages saved during its call leave the view due, the task makes
+the next summary before it ends, see :meth:`BaseViews._background_job
+<storage.layers.summarizing.base_views.BaseViews._background_job>`). The group is the
 user's to open (``async with layer:`` or ``async with layer.background_tasks():``, anyio, so it
 works under trio too); a save or fetch before that is refused before anything is written.
 Closing the group cancels the running summaries: nothing is lost (the raw record holds every

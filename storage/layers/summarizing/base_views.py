@@ -30,6 +30,10 @@ __all__ = ["BaseViews", "Counters"]
 
 S = TypeVar("S", bound=KeyState)
 
+_BACKGROUND_ROUNDS = 8
+"""At most this many summaries one background task makes in a row (each after saves that
+landed during the previous one)."""
+
 
 @attrs.define
 class Counters:
@@ -161,7 +165,21 @@ class BaseViews(ABC, Generic[S]):
         background = self.background
         if background is None:
             BackgroundRunner.refuse()
-        background.schedule(state, key, self.refresh)
+        background.schedule(state, key, self._background_job)
+
+    async def _background_job(self, state: S, key: ChatKey) -> None:
+        """The key's background summary, made again while saves that landed during the call
+        (not in what it summarized: a key already scheduled is not scheduled again) left the
+        view due: without it the view is served over the budget until some later save."""
+        for _ in range(_BACKGROUND_ROUNDS):
+            made = self.counts.summaries_made
+            await self.refresh(state, key)
+            if (
+                self.counts.summaries_made == made  # nothing installed: failed, busy, held
+                or self.states.get(key) is not state  # erased or evicted meanwhile
+                or not self.policy.due(state)
+            ):
+                return
 
     def serve_window(self, state: KeyState) -> int | None:
         """The newest window ``state``'s view is served as: only a fallback view with no

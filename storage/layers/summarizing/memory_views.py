@@ -327,7 +327,11 @@ class MemoryViews(BaseViews[MemoryState]):
                 report.installed(state.view)
         elif report is not None:
             report.set("outcome", "unchanged")
-        policy.settle(state)
+        # Held when what the compaction left is over the trigger; the saves that landed
+        # during the call (``late``) were not offered to it, so they hold nothing.
+        size = policy.size(state) - state.size_of(late)
+        turns = state.tail_turns() - sum(1 for m in late if m.role == "user")
+        state.hold = policy.hold_for(size, turns)
 
     @staticmethod
     def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:
