@@ -187,9 +187,12 @@ class StoreState(KeyState):
             call, so fetches never wait for a model).
         recheck_at: ``coherence="process"``: the layer's clock time from which the next fetch
             reads the key's head again.
+        busy_until: the layer's clock time after which a fetch tries again a summary that
+            found the key's lease held by another worker (one that may have died holding
+            it); ``None``: no such summary is waiting.
     """
 
-    __slots__ = ("checkpoint", "head", "recheck_at", "sync_lock", "synced_seq")
+    __slots__ = ("busy_until", "checkpoint", "head", "recheck_at", "sync_lock", "synced_seq")
 
     def __init__(self, measure: Measure | None = None) -> None:
         super().__init__(measure)
@@ -198,6 +201,7 @@ class StoreState(KeyState):
         self.synced_seq = 0
         self.sync_lock = anyio.Lock()
         self.recheck_at = 0.0
+        self.busy_until: float | None = None
 
     @property
     def cp_version(self) -> int:

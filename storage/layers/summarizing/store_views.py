@@ -122,6 +122,9 @@ class StoreViews(BaseViews[StoreState]):
                 ):
                     async with state.sync_lock:
                         grew = await fleet.read_back(store, key, state)
+            busy = state.busy_until
+            if busy is not None and self.clock() >= busy:
+                state.busy_until, grew = None, True  # the holder may have died: try again
             if (grew or self.fallback) and self.policy.due(state):
                 if self.background is not None:
                     self.schedule(state, key)
@@ -230,10 +233,14 @@ class StoreViews(BaseViews[StoreState]):
         async with fleet.lease(store, key, self.owner, self.options.lease_ttl) as held:
             if not held:
                 self.counts.lease_busy += 1
+                # A fetch tries again once the holder's lease has run out (it died, or its
+                # checkpoint never came: a read-back of one clears this).
+                state.busy_until = self.clock() + self.options.lease_ttl
                 report.set("outcome", "lease_busy")
                 if force:
                     raise self._busy(key)
                 return False
+            state.busy_until = None
             async with state.sync_lock:
                 # The whole view read again, not only what was saved since: a summary is
                 # stored for every worker, so it is made of what the layers below serve now
@@ -364,6 +371,9 @@ class StoreViews(BaseViews[StoreState]):
         async with fleet.lease(store, key, self.owner, self.options.lease_ttl) as held:
             if not held:
                 self.counts.lease_busy += 1
+                # A fetch tries again once the holder's lease has run out (it died, or its
+                # checkpoint never came: a read-back of one clears this).
+                state.busy_until = self.clock() + self.options.lease_ttl
                 raise self._busy(key)
             for _ in range(3):
                 async with state.sync_lock:
