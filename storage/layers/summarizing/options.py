@@ -259,6 +259,13 @@ class SummarizingOptions:
             )
         if lease_ttl is None:
             lease_ttl = timeout + 30.0 if timeout else 300.0
+        elif timeout is not None and lease_ttl <= timeout:
+            # A call the timeout lets run would outlive its lease: another worker takes the
+            # key meanwhile and makes a second summarizer call for the same crossing.
+            raise ConfigError(
+                f"lease_ttl must be > timeout (a summarizer call may run that long while "
+                f"holding the key's lease), got lease_ttl={lease_ttl} and timeout={timeout}"
+            )
         return cls(
             trigger_at=trigger_at,
             keep_last=keep_last,

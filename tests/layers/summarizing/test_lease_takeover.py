@@ -75,3 +75,24 @@ async def test_a_reader_summarizes_once_a_dead_holders_lease_ran_out(
         assert not over_budget(view, 3)
         assert len((await store.fetch_since(KEY, 0)).messages) == 8  # nothing lost
     await writer.aclose()
+
+
+async def test_a_lease_shorter_than_the_timeout_is_refused(tmp_path: Path) -> None:
+    """With ``lease_ttl <= timeout`` a call the timeout still allows outlives its lease, a
+    second worker takes the key and calls the summarizer again for the same crossing (the
+    example configuration says ``lease_ttl`` > timeout; nothing enforced it)."""
+    from storage import open_storage
+    from storage.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="lease_ttl must be > timeout"):
+        SummarizingChatStorage(
+            SQLiteChatStorage(tmp_path / "a.db"), FakeSummarizer(), timeout=60, lease_ttl=30
+        )
+    url = f"summarize?timeout=60&lease_ttl=60::sqlite:///{tmp_path / 'b.db'}"
+    with pytest.raises(ConfigError, match="lease_ttl must be > timeout"):
+        open_storage(url)
+    layer = SummarizingChatStorage(
+        SQLiteChatStorage(tmp_path / "c.db"), FakeSummarizer(), timeout=60, lease_ttl=61
+    )
+    assert layer.lease_ttl == 61
+    await layer.aclose()
