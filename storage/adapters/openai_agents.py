@@ -385,33 +385,34 @@ class OpenAIAgentsSession:
             return await self._run(self._pop)
 
     async def _pop(self) -> TResponseInputItem | None:
-        # The item is chosen on the first read; a retry (another worker appended meanwhile)
-        # removes that same item, never the message that landed in between.
-        popped: list[tuple[str, Item, list[ChatMessage]]] = []
+        # A retry (another worker wrote meanwhile) pops the newest item of the messages the
+        # first read saw that are still there, as they are now: never a message that landed
+        # in between, and never an item another pop already took (two pops, two items).
+        seen: list[set[str]] = []
+        popped: list[Item] = []
 
         def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
-            if not popped:
-                if not raw:
-                    return None
-                last = raw[-1]
-                items = message_to_items(last)
-                item = items.pop()
-                # What remains of the last message keeps its id and time.
-                rest = [
-                    attrs.evolve(
-                        m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at
-                    )
-                    for n, m in enumerate(items_to_messages(items))
-                ]
-                popped.append((last.id, item, rest))
-            target, _, rest = popped[0]
-            for n, message in enumerate(raw):
-                if message.id == target:
-                    return [*raw[:n], *rest, *raw[n + 1 :]]
-            return None
+            popped.clear()
+            if not seen:
+                seen.append({m.id for m in raw})
+            index = next((n for n in reversed(range(len(raw))) if raw[n].id in seen[0]), None)
+            if index is None:
+                return None
+            last = raw[index]
+            items = message_to_items(last)
+            if items:
+                popped.append(items.pop())
+            # What remains of the message keeps its id and time.
+            rest = [
+                attrs.evolve(
+                    m, id=last.id if n == 0 else new_message_id(), created_at=last.created_at
+                )
+                for n, m in enumerate(items_to_messages(items))
+            ]
+            return [*raw[:index], *rest, *raw[index + 1 :]]
 
         await edit(self.stack, self.key, change)
-        return cast("TResponseInputItem", popped[0][1]) if popped else None
+        return cast("TResponseInputItem", popped[0]) if popped else None
 
     async def clear_session(self) -> None:
         """Erase the conversation."""

@@ -136,6 +136,46 @@ async def test_pop_item_never_erases_an_item_appended_meanwhile(tmp_path: Path) 
     ]
 
 
+@pytest.mark.anyio
+async def test_two_workers_popping_at_once_pop_two_items(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = OpenAIAgentsSession(SQLiteChatStorage(db), KEY)
+    popped_by_two: list[Any] = []
+
+    async def pop() -> None:
+        popped_by_two.append(await two.pop_item())
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), pop, times=0)
+    one = OpenAIAgentsSession(racing, KEY)
+    await one.add_items([{"role": "user", "content": f"m{n}"} for n in range(4)])
+    racing.times = 1  # the other worker pops right after this one read the record
+    popped_by_one = await one.pop_item()
+    assert popped_by_two == [{"role": "user", "content": "m3"}]
+    assert popped_by_one == {"role": "user", "content": "m2"}  # not m3 a second time
+    assert [cast("dict[str, Any]", i)["content"] for i in await two.get_items()] == ["m0", "m1"]
+
+
+@pytest.mark.anyio
+async def test_a_pop_meanwhile_of_part_of_a_step_is_not_popped_again(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = OpenAIAgentsSession(SQLiteChatStorage(db), KEY)
+    step: list[Any] = [
+        {"role": "assistant", "content": "calling"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+    ]
+
+    async def pop() -> None:
+        await two.pop_item()
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), pop, times=0)
+    one = OpenAIAgentsSession(racing, KEY)
+    await one.add_items([{"role": "user", "content": "go"}, *step])  # step: one message
+    racing.times = 1
+    assert await one.pop_item() == step[1]  # the other worker took c2
+    assert await two.get_items() == [{"role": "user", "content": "go"}, step[0]]
+
+
 # --- close() -------------------------------------------------------------------------------
 
 
