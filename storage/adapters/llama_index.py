@@ -308,20 +308,37 @@ class LlamaIndexChatStore(BaseChatStore):
         await self.stack.delete(chat_key)
         return [from_chat_message(m) for m in raw]
 
-    async def _delete_one(self, key: str, pick: Callable[[list[ChatMessage]], int | None]) -> Any:
+    async def _delete_one(
+        self, key: str, pick: Callable[[list[ChatMessage]], int | None], *, newest: bool = False
+    ) -> Any:
+        # The message is picked on the first read and removed by id. A retry (another worker
+        # wrote meanwhile) removes it only if it is still there; ``newest``: the newest
+        # message still there of those the first read saw (another worker's delete of the
+        # same one meanwhile means this call removes the next). What is returned is what this
+        # call removed, never a message another worker's delete took.
+        seen: list[set[str]] = []
         target: list[ChatMessage] = []
+        removed: list[ChatMessage] = []
 
         def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
-            if not target:
+            removed.clear()
+            if not seen:
+                seen.append({m.id for m in raw})
                 index = pick(raw)
                 if index is None:
                     return None
                 target.append(raw[index])
-            kept = [m for m in raw if m.id != target[0].id]
-            return kept if len(kept) < len(raw) else None
+            if newest:
+                found = [m for m in raw if m.id in seen[0]]
+            else:
+                found = [m for m in raw if m.id == target[0].id]
+            if not found:
+                return None
+            removed.append(found[-1])
+            return [m for m in raw if m.id != found[-1].id]
 
         await edit(self.stack, self._key(key), change)
-        return from_chat_message(target[0]) if target else None
+        return from_chat_message(removed[0]) if removed else None
 
     async def adelete_message(self, key: str, idx: int) -> LlamaMessage | None:
         """Remove message ``idx`` of the raw record; ``None`` when out of range.
@@ -341,7 +358,7 @@ class LlamaIndexChatStore(BaseChatStore):
             ConflictError: the record kept changing while it was edited (nothing removed).
         """
         result: LlamaMessage | None = await self._delete_one(
-            key, lambda raw: len(raw) - 1 if raw else None
+            key, lambda raw: len(raw) - 1 if raw else None, newest=True
         )
         return result
 

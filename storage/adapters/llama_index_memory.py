@@ -108,9 +108,11 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
         removed by id) under the record's version; keep the archived count right."""
         archived = await self._count(key)
         gone: list[ChatMessage] = []
+        removed: list[ChatMessage] = []  # what this call removed: not what another took
         was_archived: list[int] = []
 
         def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
+            removed.clear()
             if not gone:
                 count = max(0, min(archived, len(raw)))
                 gone.extend(pick(raw, count))
@@ -118,16 +120,17 @@ class LlamaIndexMemoryStore(AsyncDBChatStore):
                 was_archived.append(sum(positions[m.id] < count for m in gone))
             ids = {m.id for m in gone}
             kept = [m for m in raw if m.id not in ids]
-            return kept if len(kept) < len(raw) else None
+            removed.extend(m for m in raw if m.id in ids)
+            return kept if removed else None
 
         record = await edit(self.stack, key, change)
-        if gone:
-            left = len(record) - len(gone)
+        if removed:
+            left = len(record) - len(removed)
             if left > 0:
                 await self._set_archived(key, max(0, min(archived, len(record)) - was_archived[0]))
             else:
                 self._archived.pop(key, None)
-        return gone
+        return removed
 
     @staticmethod
     def _select(

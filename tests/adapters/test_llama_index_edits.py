@@ -140,3 +140,57 @@ async def test_memory_edits_never_erase_a_message_appended_meanwhile(tmp_path: P
     assert texts(gone) == ["m1"]
     assert texts(await two.get_messages("s", status=None)) == ["m0", "m3", "late", "late"]
     assert texts(await two.get_messages("s", status=MessageStatus.ARCHIVED)) == ["m0"]
+
+
+async def test_two_workers_deleting_the_last_message_at_once_delete_two(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = LlamaIndexChatStore(SQLiteChatStorage(db), user_id="u")
+    by_two: list[LlamaMessage | None] = []
+
+    async def delete_last() -> None:
+        by_two.append(await two.adelete_last_message("c"))
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), delete_last, times=0)
+    one = LlamaIndexChatStore(racing, user_id="u")
+    await one.aset_messages("c", [LlamaMessage(role="user", content=f"m{n}") for n in range(4)])
+    racing.times = 1  # the other worker deletes right after this one read the record
+    by_one = await one.adelete_last_message("c")
+    assert texts([m for m in by_two if m is not None]) == ["m3"]
+    assert by_one is not None
+    assert by_one.content == "m2"  # not m3 a second time
+    assert texts(await two.aget_messages("c")) == ["m0", "m1"]
+
+
+async def test_a_delete_returns_only_what_it_removed(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = LlamaIndexChatStore(SQLiteChatStorage(db), user_id="u")
+
+    async def delete_first() -> None:
+        await two.adelete_message("c", 1)
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), delete_first, times=0)
+    one = LlamaIndexChatStore(racing, user_id="u")
+    await one.aset_messages("c", [LlamaMessage(role="user", content=f"m{n}") for n in range(3)])
+    racing.times = 1
+    assert await one.adelete_message("c", 1) is None  # m1 was already gone: nothing removed
+    assert texts(await two.aget_messages("c")) == ["m0", "m2"]
+
+
+async def test_two_memories_deleting_the_oldest_at_once_return_what_each_removed(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "chats.db"
+    two = LlamaIndexMemoryStore(SQLiteChatStorage(db), user_id="u")
+    by_two: list[list[LlamaMessage]] = []
+
+    async def delete_oldest() -> None:
+        by_two.append(await two.delete_oldest_messages("s", 2))
+
+    racing = AppendsAfterRead(SQLiteChatStorage(db), delete_oldest, times=0)
+    one = LlamaIndexMemoryStore(racing, user_id="u")
+    await one.add_messages("s", [LlamaMessage(role="user", content=f"m{n}") for n in range(4)])
+    racing.times = 1
+    by_one = await one.delete_oldest_messages("s", 3)
+    assert texts(by_two[0]) == ["m0", "m1"]
+    assert texts(by_one) == ["m2"]  # m0 and m1 were removed by the other worker
+    assert texts(await two.get_messages("s", status=None)) == ["m3"]
