@@ -256,8 +256,9 @@ class MirrorChatStorage(ChatStorageWrapper):
         except Exception as exc:
             self._rest_until = self.clock() + self.retry_after
             await misses.missed(mark, exc)
-        except BaseException:
+        except BaseException:  # cancelled: recorded all the same (a shielded write)
             misses.missed_in_memory(mark)
+            await misses.flush()
             raise
 
     async def _repair_one(self, mark: Mark) -> None:
@@ -310,6 +311,12 @@ class MirrorChatStorage(ChatStorageWrapper):
         await self._follow(mark, lambda: self._sec.storage.delete_user(user_id), [mark])
 
     async def aclose(self) -> None:
+        try:
+            await self._misses.flush()  # before the journal's store is closed
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
         try:
             await self.inner.aclose()
         finally:

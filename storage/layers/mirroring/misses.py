@@ -80,12 +80,33 @@ class Misses:
             return
         self._next_read = now + self.recheck
         try:
-            for mark in list(self._unrecorded):
-                await self.journal.add(mark)
-                self._unrecorded.discard(mark)
+            await self._record_unrecorded()
             self.marked = set(await self.journal.marks()) | self._unrecorded
         except Exception as exc:
             log.warning("mirror: cannot read the journal of missed writes: %s", exc)
+
+    async def _record_unrecorded(self) -> None:
+        for mark in list(self._unrecorded):
+            await self.journal.add(mark)
+            self._unrecorded.discard(mark)
+
+    async def flush(self) -> None:
+        """Record the marks kept in memory only, in at most ``timeout`` seconds, even in a
+        cancelled task (the write is shielded): a mark this worker alone knows is lost when
+        it stops, and the secondary would miss that write for good (the next write to the
+        key sends only its own messages). A failure keeps them in memory (logged)."""
+        if not self._unrecorded:
+            return
+        with anyio.move_on_after(self.timeout, shield=True):
+            try:
+                await self._record_unrecorded()
+            except Exception as exc:
+                log.error(
+                    "mirror: cannot record %d missed writes in the journal (%s); the secondary "
+                    "lacks them until chatlayers migrate copies them",
+                    len(self._unrecorded),
+                    exc,
+                )
 
     def pending(self, key: ChatKey) -> list[Mark]:
         """The marks a write to ``key`` repairs first (its user's erasure, then the key)."""
@@ -124,8 +145,8 @@ class Misses:
             )
 
     def missed_in_memory(self, mark: Mark) -> None:
-        """A write cancelled before the secondary got it: repaired by this worker's next
-        write there (no await is possible in a cancelled task)."""
+        """A write cancelled before the secondary got it: kept here until :meth:`flush`
+        (or the next :meth:`refresh`) records it."""
         self.marked.add(mark)
         self._unrecorded.add(mark)
 
