@@ -21,7 +21,7 @@ from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
 from storage.eval.diff import ConversationDiff, DiffReport, StackRun, diff_urls
-from storage.eval.measure import Figures
+from storage.eval.measure import Figures, check_fresh
 
 __all__ = ["COLUMNS", "report_json", "report_rows"]
 
@@ -131,6 +131,7 @@ async def _cmd_diff(args: argparse.Namespace, out: Output, stack: None) -> int:
     extractor = load_extractor(args.facts)
     conversations = read_conversations(args.files)
     first, second = _sources(args)
+    check_fresh((first, second))
     out.note(
         f"comparing 2 stacks on {plural(len(conversations), 'conversation')} "
         "(fresh stores, nothing is kept)"

@@ -23,7 +23,13 @@ from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
 from storage.errors import ConfigError
-from storage.eval.measure import DEFAULT_EVAL_URLS, EvalReport, Figures, evaluate_urls
+from storage.eval.measure import (
+    DEFAULT_EVAL_URLS,
+    EvalReport,
+    Figures,
+    check_fresh,
+    evaluate_urls,
+)
 from storage.facts import FactExtractor, extract_facts
 
 __all__ = ["COLUMNS", "load_extractor", "replay_arguments", "report_rows"]
@@ -121,6 +127,7 @@ async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
     extractor = load_extractor(args.facts)
     conversations = read_conversations(args.files)
     sources = _sources(args)
+    check_fresh(sources)
     total = sum(len(c.messages) for c in conversations) * len(sources)
     out.note(
         f"measuring {plural(len(sources), 'stack')} on "

@@ -25,7 +25,7 @@ from storage.cli.replay import pii_counts
 from storage.cli.words import plural
 from storage.config import open_storage
 from storage.eval.facts import FactExtractor, extract_facts
-from storage.eval.measure import Figures, evaluate, fresh_spec
+from storage.eval.measure import Figures, check_fresh, evaluate, fresh_spec
 from storage.message import ChatMessage
 from storage.redact import redact_url
 
@@ -285,6 +285,7 @@ async def diff_urls(
             with files of its own), or a bad URL.
         ChatStorageError: from a stack.
     """
+    check_fresh(sources)
     first = await _run_stack(sources[0], conversations, extractor, model, on_message)
     second = await _run_stack(sources[1], conversations, extractor, model, on_message)
     report = DiffReport(

@@ -46,12 +46,14 @@ from storage.facts import FactExtractor, extract_facts
 from storage.message import ChatMessage
 from storage.protocol import ChatStorage
 from storage.redact import redact_url
+from storage.stores.urls import path_from_url
 
 __all__ = [
     "DEFAULT_EVAL_URLS",
     "EvalReport",
     "Figures",
     "ViewObserver",
+    "check_fresh",
     "evaluate",
     "evaluate_urls",
     "fresh_spec",
@@ -189,12 +191,19 @@ def fresh_spec(source: str | Path, directory: Path) -> StackSpec:
 
     Raises:
         ConfigError: a server store (its data is not the measure's to write), a layer that
-            keeps files of its own (``encrypt``'s keyring), or a bad URL.
+            keeps files of its own (``encrypt``'s keyring), or a bad URL (also a store URL the
+            store would refuse, such as ``sqlite://x.db``, though it is replaced).
     """
     spec = to_spec(source)
     store = spec.store
     if store.name in _FILE_STORES:
         if store.url is not None:
+            # The URL as typed is read first, so a spelling the store refuses (sqlite://x.db)
+            # is refused here too, not replaced by a fresh one that works.
+            try:
+                path_from_url(store.url, store.name)
+            except ConfigError as exc:
+                raise ConfigError(f"{spec.source}: {exc}") from exc
             query = store.url.partition("?")[2]
             fresh = _FILE_STORES[store.name].format(dir=directory)
             store.url = fresh + (f"?{query}" if query else "")
@@ -214,6 +223,17 @@ def fresh_spec(source: str | Path, directory: Path) -> StackSpec:
     return spec
 
 
+def check_fresh(sources: Iterable[str | Path]) -> None:
+    """Refuse, before anything is replayed, a source :func:`fresh_spec` refuses (the second
+    stack's mistake is not found after the first stack's whole run).
+
+    Raises:
+        ConfigError: as :func:`fresh_spec`.
+    """
+    for source in sources:
+        fresh_spec(source, Path(tempfile.gettempdir()))  # parsed only: nothing is created
+
+
 async def evaluate_urls(
     urls: Iterable[str | Path],
     conversations: Sequence[Conversation],
@@ -229,8 +249,10 @@ async def evaluate_urls(
         ConfigError: a URL cannot be measured (see :func:`fresh_spec`).
         ChatStorageError: from a stack.
     """
+    sources = list(urls)
+    check_fresh(sources)
     reports = []
-    for url in urls:
+    for url in sources:
         with tempfile.TemporaryDirectory(prefix="chatlayers-eval-") as directory:
             async with open_storage(fresh_spec(url, Path(directory))) as stack:
                 report = await evaluate(
@@ -349,8 +371,28 @@ class _Facts:
     def text(self, text: str) -> frozenset[str]:
         found = self._known.get(text)
         if found is None:
-            found = self._known[text] = frozenset(self._extract(text))
+            found = self._known[text] = self._checked(text)
         return found
+
+    def _checked(self, text: str) -> frozenset[str]:
+        """What the extractor says of ``text``, refused unless it is a set of strings (a
+        ``str`` would count its characters as facts)."""
+        name = getattr(self._extract, "__qualname__", repr(self._extract))
+        try:
+            found = self._extract(text)
+        except Exception as exc:
+            raise ConfigError(
+                f"the fact extractor {name} raised {type(exc).__name__}: {exc} "
+                f"(on a text of {len(text):,} characters)"
+            ) from exc
+        if not isinstance(found, Set | list | tuple) or not all(
+            isinstance(fact, str) for fact in found
+        ):
+            raise ConfigError(
+                f"the fact extractor {name} must return a set of str, got "
+                f"{type(found).__name__}" + (" of other items" if isinstance(found, Set) else "")
+            )
+        return frozenset(found)
 
     def message(self, message: ChatMessage) -> frozenset[str]:
         pieces = message_pieces(message)

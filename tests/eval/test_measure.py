@@ -122,6 +122,41 @@ def test_fresh_spec_moves_file_stores_and_refuses_servers(tmp_path: Path) -> Non
         fresh_spec("summarize::redis://:secret@localhost:6379/0", tmp_path)
     with pytest.raises(ConfigError, match="'encrypt'"):
         fresh_spec("summarize::encrypt?key_env=K::memory://", tmp_path)
+    # A URL the store refuses is refused though it would be replaced by one that works.
+    with pytest.raises(ConfigError, match=r"^URL summarize::sqlite://x\.db: .*sqlite:///x\.db"):
+        fresh_spec("summarize::sqlite://x.db", tmp_path)
+
+
+@pytest.mark.anyio
+async def test_every_url_is_checked_before_any_is_replayed(tmp_path: Path) -> None:
+    replayed: list[None] = []
+    urls = ["summarize?trigger_at=1::memory://", "summarize::sqlite://x.db"]
+    with pytest.raises(ConfigError, match="names a host, not a file"):
+        await evaluate_urls(urls, [conversation()], on_message=lambda: replayed.append(None))
+    assert replayed == []
+
+
+def _raises(text: str) -> Set[str]:
+    raise KeyError(text[:3])
+
+
+def _text(text: str) -> Set[str]:
+    return text  # type: ignore[return-value]  # the mistake under test: a str is not a set
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("extractor", "message"),
+    [
+        (_raises, r"fact extractor _raises raised KeyError: .* characters\)"),
+        (_text, r"fact extractor _text must return a set of str, got str$"),
+        (lambda text: {1, 2}, r"must return a set of str, got set of other items"),
+    ],
+)
+async def test_a_broken_fact_extractor_is_named(extractor: object, message: str) -> None:
+    stack = SummarizingChatStorage(InMemoryChatStorage(), trigger_at=1, keep_last=1)
+    with pytest.raises(ConfigError, match=message):
+        await evaluate(stack, [conversation()], extractor=extractor)  # type: ignore[arg-type]
 
 
 @pytest.mark.anyio
