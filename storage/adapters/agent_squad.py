@@ -30,7 +30,9 @@ message, as agent-squad's own summarizer makes it (its conversations only have `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
+from storage.abilities import ReplaceableStorage, SequencedStorage, find_ability
 from storage.adapters import missing_extra
 from storage.adapters.agent_squad_messages import (
     META,
@@ -39,6 +41,7 @@ from storage.adapters.agent_squad_messages import (
     to_chat_messages,
     with_agent_prefix,
 )
+from storage.errors import ConflictError
 from storage.message import ChatKey
 from storage.protocol import ChatStorage
 
@@ -59,6 +62,10 @@ __all__ = [
     "from_chat_messages",
     "to_chat_messages",
 ]
+
+# How many times save_chat_message re-reads the conversation when another worker wrote to it
+# between the role check and the save (each retry means another message was stored).
+SAVE_ATTEMPTS: Final = 20
 
 
 class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
@@ -111,16 +118,42 @@ class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
     ) -> list[ConversationMessage]:
         """Save one message unless it repeats the last message's role; return the conversation.
 
+        With a stack that has ``SequencedStorage`` and ``ReplaceableStorage`` (every
+        built-in store, through every layer) the check and the save are atomic against other
+        workers: of two messages of one role saved at once, one is stored.
+
         Returns:
             The conversation after the save, trimmed to ``max_history_size``.
+
+        Raises:
+            ConflictError: other workers kept writing to the conversation (nothing saved).
         """
         key = ChatKey(user_id, session_id, agent_id)
         messages = to_chat_messages(new_message)
-        conversation = await self._read(key, max_history_size)
-        if conversation and role_name(conversation[-1].role) == role_name(new_message.role):
-            return conversation  # agent-squad drops a consecutive same-role message
-        await self.stack.save_messages(key, messages)
-        return await self._read(key, max_history_size)
+        sequenced = find_ability(self.stack, SequencedStorage)
+        replaceable = find_ability(self.stack, ReplaceableStorage)
+        for _ in range(SAVE_ATTEMPTS):
+            # The role check and the save are one compare-and-append: the save lands only
+            # while the record is at the version read before the check, so two workers
+            # saving a message of the same role at once never store both.
+            version = None
+            if sequenced is not None and replaceable is not None:
+                version = (await sequenced.head(key)).version
+            conversation = await self._read(key, max_history_size)
+            if conversation and role_name(conversation[-1].role) == role_name(new_message.role):
+                return conversation  # agent-squad drops a consecutive same-role message
+            if version is None or replaceable is None:
+                await self.stack.save_messages(key, messages)
+            else:
+                try:
+                    await replaceable.save_messages_if(key, messages, expected_version=version)
+                except ConflictError:
+                    continue  # another worker wrote meanwhile: check its message's role
+            return await self._read(key, max_history_size)
+        raise ConflictError(
+            f"{key}: the conversation changed {SAVE_ATTEMPTS} times while a message was being "
+            "saved; nothing was saved"
+        )
 
     async def save_chat_messages(
         self,

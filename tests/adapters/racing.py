@@ -91,3 +91,17 @@ class AppendsBeforeReplace(ChatStorageWrapper):
             self.times -= 1
             await self.interloper()
         return await super().replace(key, messages, expected_version=expected_version)
+
+
+class SavesAfterFetch(AppendsAfterRead):
+    """Runs ``interloper`` right after a ``fetch`` (not a ``fetch_since``), ``times`` times:
+    another worker's save landing between a check on what an adapter read and its save."""
+
+    fetch_since = forward(SequencedStorage.fetch_since)
+
+    async def fetch(self, key: ChatKey, *, limit: int | None = None) -> list[ChatMessage]:
+        messages = await super().fetch(key, limit=limit)
+        if self.times:
+            self.times -= 1
+            await self.interloper()
+        return messages

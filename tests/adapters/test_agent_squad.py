@@ -28,6 +28,7 @@ from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
+from tests.adapters.racing import SavesAfterFetch
 
 
 def view(messages: list[Any]) -> list[tuple[str, Any]]:
@@ -396,3 +397,30 @@ async def test_agent_squad_orchestrator_over_a_scrubbed_summarized_sqlite_stack(
 def stored_bytes(folder: Path) -> bytes:
     """The database file with its WAL and shared-memory files."""
     return b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("chats.db"))
+
+
+@pytest.mark.anyio
+async def test_two_workers_saving_one_role_at_once_store_one_message(tmp_path: Path) -> None:
+    db = tmp_path / "chats.db"
+    two = AgentSquadChatStorage(SQLiteChatStorage(db))
+
+    def user(text: str) -> ConversationMessage:
+        return ConversationMessage(role=ParticipantRole.USER.value, content=[{"text": text}])
+
+    async def save_meanwhile() -> None:
+        await two.save_chat_message("u", "s", "a", user("from two"))
+
+    racing = SavesAfterFetch(SQLiteChatStorage(db), save_meanwhile, times=0)
+    one = AgentSquadChatStorage(racing)
+    await one.save_chat_message("u", "s", "a", user("hi"))
+    await one.save_chat_message(
+        "u",
+        "s",
+        "a",
+        ConversationMessage(role=ParticipantRole.ASSISTANT.value, content=[{"text": "hello"}]),
+    )
+    racing.times = 1  # the other worker saves a user message right after this one's check
+    got = await one.save_chat_message("u", "s", "a", user("from one"))
+    texts = [m.content[0]["text"] for m in got]
+    assert texts == ["hi", "hello", "from two"]  # never two user messages in a row
+    assert [m.content[0]["text"] for m in await two.fetch_chat("u", "s", "a")] == texts
