@@ -13,6 +13,7 @@ import sniffio
 
 from storage.errors import ConfigError, StorageUnavailableError
 from storage.stores.postgres.names import Names
+from storage.stores.postgres.pool import BoundedPool
 from storage.stores.postgres.schema import migrate
 from storage.stores.postgres.statements import Statements
 
@@ -61,12 +62,13 @@ class PostgresContext:
             # lock), so a connection goes back to the pool without asyncpg's reset query:
             # one round trip less per call. asyncpg still rolls back an open transaction.
             self.pool_options.setdefault("reset", _no_session_state)
-        self.current: asyncpg.Pool | None = None
+        self.current: BoundedPool | None = None
         self._opening = anyio.Lock()
         self.closed = False
 
-    async def pool(self) -> asyncpg.Pool:
-        """The pool, created with the schema on first use.
+    async def pool(self) -> BoundedPool:
+        """The pool, created with the schema on first use; every wait for one of its
+        connections is bounded by the ``timeout`` option (:mod:`.pool`).
 
         Raises:
             StorageUnavailableError: the store is closed, or the server refuses.
@@ -90,8 +92,13 @@ class PostgresContext:
             except BaseException:
                 created.terminate()
                 raise
-            self.current = created
-            return created
+            bounded = BoundedPool(
+                created,
+                self.pool_options.get("timeout") or 10.0,
+                self.pool_options.get("max_size") or 10,
+            )
+            self.current = bounded
+            return bounded
 
     async def close(self) -> None:
         """Close the pool (terminated when it does not close within the timeout)."""

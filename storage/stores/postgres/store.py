@@ -81,7 +81,8 @@ class PostgresChatStorage(BaseStore):
             the other tables and functions are named after it (``<table>_keys``, ...).
         min_size: connections the pool keeps open (default 1).
         max_size: most connections the pool opens (default 10).
-        timeout: seconds to connect and, per statement, to run (default 10).
+        timeout: seconds to connect, to wait for a free connection of the pool and, per
+            statement, to run (default 10).
         retention: delete messages older than this (seconds, a ``timedelta`` or a duration
             such as ``"30d"``); ``None`` (default) keeps everything.
         purge_interval: with ``retention``, writes run a purge at most once per this many
@@ -211,7 +212,12 @@ class PostgresChatStorage(BaseStore):
         return options
 
     def _unavailable(self, exc: BaseException) -> StorageUnavailableError:
-        detail = redact_text(f"{type(exc).__name__}: {exc}", self._secrets)
+        said = str(exc) or (  # asyncpg's statement timeout says nothing
+            f"no answer within {self._ctx.pool_options['timeout']:g} s (the timeout option)"
+            if isinstance(exc, TimeoutError)
+            else ""
+        )
+        detail = redact_text(f"{type(exc).__name__}: {said}", self._secrets)
         return StorageUnavailableError(f"PostgreSQL at {self.describe()}: {detail}")
 
     def __repr__(self) -> str:
