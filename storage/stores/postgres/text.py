@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Final
 
 from storage.errors import InvalidKeyError
@@ -26,15 +27,22 @@ from storage.message import ChatKey, ChatMessage
 from storage.search import message_search_text, tokenize
 
 __all__ = [
+    "MAX_CALL_BYTES",
     "MAX_SEARCH_CHARS",
     "escape_column",
     "key_args",
+    "oversized",
     "search_term",
     "search_words",
     "unescape_column",
     "utf8_part",
 ]
 
+# PostgreSQL reads no protocol message over 1 GiB - 2 bytes (nor any value over 1 GiB): it
+# logs "invalid message length" and drops the connection, after the client spent minutes
+# sending. The text a call sends (records, words, ids) is kept under this, with room for the
+# rest of the message.
+MAX_CALL_BYTES: Final = 1_000_000_000
 # A tsvector holds at most 1 MB; the first 200,000 characters of words always fit.
 MAX_SEARCH_CHARS: Final = 200_000
 # Words the parser keeps whole: ASCII letters and digits, well below its 2,047-byte limit.
@@ -107,3 +115,18 @@ def search_words(message: ChatMessage) -> str:
     if len(words) > MAX_SEARCH_CHARS:
         words = words[:MAX_SEARCH_CHARS].rpartition(" ")[0]
     return words
+
+
+def oversized(*columns: Sequence[str], extra: int = 0) -> int | None:
+    """The UTF-8 size of the text a call would send (``columns`` and ``extra`` bytes more)
+    when it is over :data:`MAX_CALL_BYTES`, else ``None`` (counted without encoding while
+    it cannot be)."""
+    chars = sum(len(text) for column in columns for text in column)
+    if chars * 4 + extra <= MAX_CALL_BYTES:  # a code point is at most 4 bytes of UTF-8
+        return None
+    size = extra + sum(
+        len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        for column in columns
+        for text in column
+    )
+    return size if size > MAX_CALL_BYTES else None

@@ -16,12 +16,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from storage.codec import encode
+from storage.errors import InvalidMessageError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import conflict
 from storage.stores.postgres.context import PostgresContext
 from storage.stores.postgres.derived import repair_key
 from storage.stores.postgres.functions import CONFLICT_SQLSTATE
-from storage.stores.postgres.text import escape_column, key_args, search_words, utf8_part
+from storage.stores.postgres.text import (
+    MAX_CALL_BYTES,
+    MAX_SEARCH_CHARS,
+    escape_column,
+    key_args,
+    oversized,
+    search_words,
+    utf8_part,
+)
 
 __all__ = ["delete_key", "delete_user", "keeping_activity", "write"]
 
@@ -41,19 +50,32 @@ async def write(
 
     Raises:
         ConflictError: ``expected`` is not the key's version (nothing written).
+        InvalidMessageError: the batch is over :data:`.text.MAX_CALL_BYTES` once encoded,
+            more than the server takes in one call (nothing sent).
     """
     if expected is not None and "\x00" in expected:
         raise conflict(key, expected)  # no version the store makes holds NUL
     user, session, agent = key_args(key)
     ids = [escape_column(m.id) for m in batch]
+    records = [encode(m) for m in batch]
+    # Checked before the words are made (the slow part): they are ASCII, at most
+    # MAX_SEARCH_CHARS a message.
+    size = oversized(ids, records, extra=len(batch) * MAX_SEARCH_CHARS)
+    if size is not None:
+        raise InvalidMessageError(
+            f"{len(batch)} message(s) for {key!r} are {size:,} bytes once encoded; "
+            f"PostgreSQL takes at most {MAX_CALL_BYTES:,} in one call: save them in smaller "
+            "batches (one message must stay under that too); nothing was stored"
+        )
+    words = [search_words(m) for m in batch]
     args = (
         user,
         session,
         agent,
         ids,
         [m.created_at for m in batch],
-        [encode(m) for m in batch],
-        [search_words(m) for m in batch],
+        records,
+        words,
         expected,
         replace,
     )
