@@ -458,7 +458,10 @@ def _placeholders(notes: Notes, messages: Iterable[ChatMessage]) -> None:
             if match.group(0) not in seen:
                 seen.add(match.group(0))
                 label = match.group(1).lower().replace("_", " ")
-                who = "the user's" if message.role == "user" else "a"
+                # "an email address", "an IP address" ("us ssn" takes "a": a consonant sound)
+                who = (
+                    "the user's" if message.role == "user" else "an" if label[0] in "aeio" else "a"
+                )
                 entries.append(f"{who} {label} {match.group(0)}")
     if len(entries) > count:
         notes.ledger = [e for e in notes.ledger if e.key != _PLACEHOLDERS]

@@ -438,6 +438,20 @@ async def test_placeholders_survive_later_rounds_once_each() -> None:
     assert "Which bank?" in section(second[0], "User requests:")[-1]
 
 
+@pytest.mark.anyio
+async def test_a_placeholder_another_participant_said_takes_its_article() -> None:
+    read = ToolCall("c1", "find_customer", "{}")
+    said = '{"email": "<EMAIL_ADDRESS_3f9a2c1d>", "ssn": "<US_SSN_0123abcd>"}'
+    buffer = [user("Find me."), assistant(None, read), tool(read, said), *text_turn("B")]
+    result = await ExtractiveSummarizer()(buffer, 1)
+    (placeholders,) = [
+        line for line in section(result[0], "Ledger:") if line.startswith("- placeholders:")
+    ]
+    assert placeholders == (
+        "- placeholders: an email address <EMAIL_ADDRESS_3f9a2c1d>; a us ssn <US_SSN_0123abcd>"
+    )
+
+
 # --- instructions stay where they were --------------------------------------------------------
 
 INJECTIONS = (
