@@ -198,8 +198,7 @@ def context_window(model: str) -> int:
         if found:
             return found
     raise ConfigError(
-        f"no context window known for model {model!r} in litellm's bundled model data; "
-        "give trigger_tokens instead of trigger_fraction"
+        f"no context window known for model {model!r} in litellm's bundled model data"
     )
 
 

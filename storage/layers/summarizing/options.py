@@ -18,6 +18,7 @@ given in code, a URL or a TOML file reads alike.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
@@ -142,10 +143,14 @@ def token_trigger(trigger_fraction: float, model: str, context_window: int | Non
         try:
             context_window = known_window(model)
         except ConfigError as exc:
-            raise ConfigError(
-                f"{exc}; for a model litellm does not know, give its context window in "
-                "tokens with context_window= (or give trigger_tokens)"
-            ) from exc
+            # Without litellm no model is known: only installing it, or a token budget, helps.
+            hint = (
+                "or give trigger_tokens"
+                if importlib.util.find_spec("litellm") is None
+                else "for a model litellm does not know, give its context window in tokens "
+                "with context_window=, or give trigger_tokens"
+            )
+            raise ConfigError(f"{exc}; {hint}") from exc
     return max(1, int(trigger_fraction * context_window))
 
 

@@ -147,6 +147,36 @@ def test_a_bad_summarizing_option_is_a_config_error_from_code_and_url() -> None:
         )
 
 
+def test_an_unknown_context_window_gives_each_remedy_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError) as unknown:
+        SummarizingChatStorage(InMemoryChatStorage(), trigger_fraction=0.5, model="ollama/x-7b")
+    assert str(unknown.value) == (
+        "no context window known for model 'ollama/x-7b' in litellm's bundled model data; "
+        "for a model litellm does not know, give its context window in tokens with "
+        "context_window=, or give trigger_tokens"
+    )
+    # Without litellm, no model is known: context_window= is no remedy for a known model.
+    import importlib.util
+
+    import storage.tokens
+
+    def no_data() -> dict[str, int]:
+        raise ConfigError("model context windows need litellm's model data: pip install x")
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(storage.tokens, "_context_windows", no_data)
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "litellm" else real_find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError) as missing:
+        SummarizingChatStorage(InMemoryChatStorage(), trigger_fraction=0.5, model="gpt-4o")
+    assert str(missing.value) == (
+        "model context windows need litellm's model data: pip install x; or give trigger_tokens"
+    )
+
+
 def test_trigger_fraction_with_a_declared_context_window() -> None:
     layer = SummarizingChatStorage(
         InMemoryChatStorage(),
