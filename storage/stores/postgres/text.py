@@ -48,6 +48,10 @@ MAX_SEARCH_CHARS: Final = 200_000
 # Words the parser keeps whole: ASCII letters and digits, well below its 2,047-byte limit.
 _PLAIN: Final = re.compile(r"[a-z0-9]{1,200}")
 _HEX_BYTES: Final = 400  # longer words are hashed (a lexeme stays under 1 KB)
+# search_words reads the text in pieces of about this many characters, each cut after one
+# of these (no Unicode normalization composes across them, and they end any word).
+_PIECE_CHARS: Final = 65_536
+_CUT: Final = re.compile(r"[ \n]")
 
 
 def search_term(word: str) -> str:
@@ -110,8 +114,28 @@ def key_args(key: ChatKey) -> tuple[str, str, str]:
 
 def search_words(message: ChatMessage) -> str:
     """The message's searchable words (:func:`search_term`), space-separated, bounded in
-    length."""
-    words = " ".join(search_term(word) for word in tokenize(message_search_text(message)))
+    length.
+
+    The text is read in pieces cut after a space or newline (where no normalization or word
+    joins across), and reading stops once the words pass the bound: the first
+    :data:`MAX_SEARCH_CHARS` are what tokenizing all of it gives, but a 100 MB tool result
+    no longer holds the event loop for a minute making words that are then cut off.
+    """
+    text = message_search_text(message)
+    terms: list[str] = []
+    length = -1  # of the words joined by spaces
+    start = 0
+    while start < len(text) and length <= MAX_SEARCH_CHARS:
+        cut = _CUT.search(text, start + _PIECE_CHARS)
+        end = cut.end() if cut is not None else len(text)
+        for word in tokenize(text[start:end]):
+            term = search_term(word)
+            terms.append(term)
+            length += len(term) + 1
+            if length > MAX_SEARCH_CHARS:
+                break
+        start = end
+    words = " ".join(terms)
     if len(words) > MAX_SEARCH_CHARS:
         words = words[:MAX_SEARCH_CHARS].rpartition(" ")[0]
     return words

@@ -1,10 +1,12 @@
 """PostgreSQL search matches words exactly as every other store does: each normalized word
 reaches the text-search parser as one lexeme it keeps unchanged
 (:func:`storage.stores.postgres.text.search_term`), checked against the server's own parser;
-a database whose words were made the older way is re-indexed once on open."""
+a database whose words were made the older way is re-indexed once on open; a huge message's
+words stop at their bound instead of all being made first."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -13,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import storage.stores.postgres.text as words_module
 from storage.message import ChatKey, ChatMessage
-from storage.search import tokenize
+from storage.search import message_search_text, tokenize
 from storage.stores.postgres import PostgresChatStorage
 from storage.stores.postgres.schema import SEARCH_WORDS
-from storage.stores.postgres.text import search_term
+from storage.stores.postgres.text import search_term, search_words
 
 pytest_plugins = ["tests.servers"]
 pytestmark = pytest.mark.postgres
@@ -86,3 +89,45 @@ async def test_words_made_the_older_way_are_made_again_on_open(
         t,
     )
     assert comment == SEARCH_WORDS
+
+
+def _all_words_cut(message: ChatMessage) -> str:
+    """What search_words made before it read in pieces: every word, then cut."""
+    bound = words_module.MAX_SEARCH_CHARS
+    words = " ".join(search_term(word) for word in tokenize(message_search_text(message)))
+    if len(words) > bound:
+        words = words[:bound].rpartition(" ")[0]
+    return words
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(["a", "Z", "é", "e", "\u0301", "_", "-", " ", "\n", "\t", "日"]),
+        max_size=80,
+    )
+)
+def test_words_read_in_pieces_are_the_words_of_the_whole_text(text: str) -> None:
+    # Pieces of 4 characters here (65,536 in use), so every cut meets combining accents,
+    # words and runs of separators on either side.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(words_module, "_PIECE_CHARS", 4)
+        patch.setattr(words_module, "MAX_SEARCH_CHARS", 20)
+        message = ChatMessage("user", text)
+        assert search_words(message) == _all_words_cut(message)
+    message = ChatMessage("user", text * 2000)  # past a real piece, and the bound
+    assert search_words(message) == _all_words_cut(message)
+
+
+@pytest.mark.anyio
+async def test_a_huge_message_saves_without_making_words_it_cuts_off(postgres_dsn: str) -> None:
+    # 24 MB of words: making all of them, to keep the first 200,000 characters, held the
+    # event loop for about 13 s; the words stop at the bound now.
+    text = "early words " + "filler text " * 2_000_000 + "late"
+    async with PostgresChatStorage(postgres_dsn, schema=f"w_{uuid.uuid4().hex[:12]}") as store:
+        started = time.monotonic()
+        (saved,) = await store.save(KEY, ChatMessage("user", text))
+        took = time.monotonic() - started
+        assert took < 4, f"saving took {took:.1f} s"
+        assert [h.message.id for h in await store.search("words", "early")] == [saved.id]
+        assert await store.search("words", "late") == []  # past the bound, as before
