@@ -23,8 +23,11 @@ in pydantic-ai's own JSON, timestamps, usage and ids included):
 Texts, tool arguments and tool results live in the message fields, so a scrubbing layer sees
 them; parts kept whole in metadata are stored as given. Ids are derived from the messages
 themselves, so saving the same ``new_messages()`` twice stores them once. A summarizing
-stack's view (a summary, then the newest turns) loads as a ``system-prompt`` part and the
-messages after it; a stored group cut by the view's start loads in the default shapes.
+stack's view (a summary, then the newest turns) loads as a ``system-prompt`` part (marked
+in its ``metadata``, which no model sees) at the start of the first request after it, as
+pydantic-ai's own merge of consecutive requests puts it; saving it again (``save`` of
+``result.all_messages()``) stores nothing of it. A stored group cut by the view's start loads
+in the default shapes.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ try:
         ModelMessagesTypeAdapter,
         ModelRequest,
         ModelResponse,
+        SystemPromptPart,
     )
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("pydantic-ai", "pydantic-ai", exc) from exc
@@ -52,6 +56,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 __all__ = ["PydanticAIHistory", "from_chat_messages", "to_chat_messages"]
 
 META: Final = "pydantic_ai"
+# The mark of a summary's system-prompt part in a loaded view (a part's ``metadata`` stays with
+# it when pydantic-ai merges requests, and is never sent to a model): saving it again, as
+# ``result.all_messages()`` does, stores nothing of it.
+SUMMARY_MARK: Final = {"chatlayers": {"summary": True}}
+_PART_METADATA: Final = "metadata" in getattr(SystemPromptPart, "__dataclass_fields__", {})
 _TEXT_KINDS: Final = {
     "system-prompt",
     "user-prompt",
@@ -180,6 +189,10 @@ def to_chat_messages(messages: Sequence[ModelMessage], *, salt: str = "") -> lis
     out: list[ChatMessage] = []
     for dumped in _dump(messages):
         parts = dumped.pop("parts")
+        if dumped.get("kind") != "response" and parts:
+            parts = [p for p in parts if p.get("metadata") != SUMMARY_MARK]
+            if not parts:
+                continue  # a loaded summary: the stack holds it already, beside the record
         if dumped.get("kind") == "response":
             members = [_response_member(parts)]
         else:
@@ -270,6 +283,7 @@ def _default(message: ChatMessage, tool_names: Mapping[str, str]) -> dict[str, A
             for c in message.tool_calls
         ]
         return {"kind": "response", "parts": parts}
+    part: dict[str, Any]
     if message.role == "tool":
         call_id = message.tool_call_id or ""
         part = {
@@ -280,9 +294,31 @@ def _default(message: ChatMessage, tool_names: Mapping[str, str]) -> dict[str, A
         }
     elif message.role == "system":
         part = {"part_kind": "system-prompt", "content": text}
+        if message.is_summary and _PART_METADATA:
+            part["metadata"] = SUMMARY_MARK
     else:
         part = {"part_kind": "user-prompt", "content": text}
     return {"kind": "request", "parts": [part]}
+
+
+def _summary_joins_next(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request of only summary parts put at the start of the request after it: the shape
+    pydantic-ai's own merge of consecutive requests gives, so ``all_messages()`` holds that
+    request as loaded and saving it again stores nothing new."""
+    joined: list[dict[str, Any]] = []
+    for shape in out:
+        last = joined[-1] if joined else None
+        if (
+            last is not None
+            and last["kind"] == "request"
+            and shape["kind"] == "request"
+            and last["parts"]
+            and all(p.get("metadata") == SUMMARY_MARK for p in last["parts"])
+        ):
+            joined[-1] = {**shape, "parts": [*last["parts"], *shape["parts"]]}
+        else:
+            joined.append(shape)
+    return joined
 
 
 def from_chat_messages(messages: Sequence[ChatMessage]) -> list[ModelMessage]:
@@ -317,6 +353,7 @@ def from_chat_messages(messages: Sequence[ChatMessage]) -> list[ModelMessage]:
             out.append(shape)
         merge_default = shape["kind"] == "request"
         index += 1
+    out = _summary_joins_next(out)
     restored: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(out)
     return restored
 
@@ -346,7 +383,8 @@ class PydanticAIHistory:
 
     async def save(self, messages: Sequence[ModelMessage]) -> None:
         """Store ``messages`` (typically ``result.new_messages()``) as one atomic batch;
-        messages already stored are skipped."""
+        messages already stored are skipped, and so is a loaded summary (a summarized view
+        saved back with ``result.all_messages()`` stores only the run's new messages)."""
         key = self.key
         batch = to_chat_messages(messages, salt=f"{key.user_id}\0{key.session_id}\0{key.agent_id}")
         if batch:

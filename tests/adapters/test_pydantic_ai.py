@@ -246,3 +246,33 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
         await PydanticAIHistory(store, KEY).save(result.new_messages())
     async with SQLiteChatStorage(db) as store:
         assert native(await PydanticAIHistory(store, KEY).load()) == native(result.all_messages())
+
+
+@pytest.mark.anyio
+async def test_saving_all_messages_of_a_summarized_view_stores_only_the_new_ones(
+    tmp_path: Path,
+) -> None:
+    # Two workers over one SQLite file take turns; each saves result.all_messages(), as
+    # pydantic-ai's docs store a history: the loaded summary and the turns it came with
+    # (merged by pydantic-ai into one request) are not stored again.
+    url = f"summarize?trigger_at=2&keep_last=1::sqlite:///{tmp_path / 'chats.db'}"
+    async with open_storage(url) as one, open_storage(url) as two:
+        histories = [PydanticAIHistory(one, KEY), PydanticAIHistory(two, KEY)]
+        agent = weather_agent(TestModel())
+        new = 0
+        firsts: list[Any] = []
+        for turn in range(6):
+            history = histories[turn % 2]
+            loaded = await history.load()
+            firsts.append(loaded[0].parts[0] if loaded else None)
+            result = await agent.run(f"Weather on day {turn}?", message_history=loaded)
+            await history.save(result.all_messages())
+            new += len(to_chat_messages(result.new_messages()))
+    async with SQLiteChatStorage(tmp_path / "chats.db") as store:
+        raw = (await store.fetch_since(KEY, 0)).messages
+    assert len(raw) == new
+    assert len({m.id for m in raw}) == new
+    assert [m.text for m in raw if m.is_summary or m.role == "system"] == ["Answer briefly."]
+    summary = firsts[-1]  # the view's summary loads as a marked system-prompt part
+    assert isinstance(summary, SystemPromptPart)
+    assert summary.metadata == {"chatlayers": {"summary": True}}
