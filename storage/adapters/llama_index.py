@@ -282,22 +282,31 @@ class LlamaIndexChatStore(BaseChatStore):
     async def aset_messages(self, key: str, messages: list[LlamaMessage]) -> None:
         """Make ``messages`` the whole conversation.
 
-        When the stored record is a prefix of ``messages`` (the memory re-setting what it had
-        plus new turns) only the new messages are saved; otherwise the record is rewritten.
+        When the stored record, or a summarizing stack's view of it (what ``get_messages``
+        returned), is a prefix of ``messages`` (the memory re-setting what it had plus new
+        turns) only the new messages are saved; otherwise the record is rewritten.
 
         Raises:
             ConflictError: the record kept changing while it was edited (nothing changed).
         """
         converted = [to_chat_message(m) for m in messages]
+        chat_key = self._key(key)
+        # A summarizing stack's view given back with new turns (``memory.set(memory.get_all()
+        # + [...])``, an agent's ``chat_history=``): only the new turns are saved, the raw
+        # record stays as it is and the summary is never stored in it.
+        view = await self.stack.fetch(chat_key)
+        served = len(view) if _starts_with(messages, view) else None
+        if served is not None and not any(m.is_summary for m in view):
+            served = None  # the whole record: the prefix check below covers it
 
         def change(raw: list[ChatMessage]) -> list[ChatMessage] | None:
-            if len(raw) <= len(messages) and all(
-                from_chat_message(s) == given for s, given in zip(raw, messages, strict=False)
-            ):
+            if served is not None:
+                return [*raw, *converted[served:]] if len(converted) > served else None
+            if _starts_with(messages, raw):
                 return [*raw, *converted[len(raw) :]] if len(converted) > len(raw) else None
             return converted
 
-        await edit(self.stack, self._key(key), change)
+        await edit(self.stack, chat_key, change)
 
     async def adelete_messages(self, key: str) -> list[LlamaMessage] | None:
         """Erase the conversation; return what it held (``None`` when it held nothing)."""
@@ -403,6 +412,13 @@ class LlamaIndexChatStore(BaseChatStore):
         """The user's session ids (blocking)."""
         result: list[str] = self.sync.call(self.aget_keys)
         return result
+
+
+def _starts_with(messages: Sequence[LlamaMessage], stored: Sequence[ChatMessage]) -> bool:
+    """Whether ``messages`` begin with ``stored`` (as LlamaIndex messages)."""
+    return len(stored) <= len(messages) and all(
+        from_chat_message(s) == given for s, given in zip(stored, messages, strict=False)
+    )
 
 
 async def agent_session_ids(stack: ChatStorage, user_id: str, agent_id: str) -> list[str]:

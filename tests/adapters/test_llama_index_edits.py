@@ -18,7 +18,9 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from storage.adapters.llama_index import LlamaIndexChatStore
 from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
+from storage.config import open_storage
 from storage.errors import ConflictError
+from storage.message import ChatKey
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
 from tests.adapters.racing import AppendsAfterRead
@@ -194,3 +196,27 @@ async def test_two_memories_deleting_the_oldest_at_once_return_what_each_removed
     assert texts(by_two[0]) == ["m0", "m1"]
     assert texts(by_one) == ["m2"]  # m0 and m1 were removed by the other worker
     assert texts(await two.get_messages("s", status=None)) == ["m3"]
+
+
+async def test_a_summarized_view_set_back_with_a_new_turn_only_appends(tmp_path: Path) -> None:
+    # memory.set(memory.get_all() + [new]) (an agent run given chat_history=...) over a
+    # summarizing stack, from another worker: the raw record keeps every message, the summary
+    # is not stored in it.
+    url = f"summarize?trigger_at=2&keep_last=1::sqlite:///{tmp_path / 'chats.db'}"
+    async with open_storage(url) as first, open_storage(url) as second:
+        one = LlamaIndexChatStore(first, user_id="u")
+        two = LlamaIndexChatStore(second, user_id="u")
+        for n in range(6):
+            await one.async_add_message("c", LlamaMessage(role="user", content=f"q{n}"))
+            await one.async_add_message("c", LlamaMessage(role="assistant", content=f"a{n}"))
+        view = await two.aget_messages("c")
+        assert len(view) < 12  # a summary and the newest turn
+        await two.aset_messages("c", [*view, LlamaMessage(role="user", content="new")])
+        # Setting the same list again changes nothing, as with SimpleChatStore.
+        await one.aset_messages("c", [*view, LlamaMessage(role="user", content="new")])
+        async with SQLiteChatStorage(tmp_path / "chats.db") as store:
+            raw = (await store.fetch_since(ChatKey("u", "c", one.agent_id), 0)).messages
+        assert [m.text for m in raw] == [
+            *(text for n in range(6) for text in (f"q{n}", f"a{n}")),
+            "new",
+        ]
