@@ -15,6 +15,7 @@ Everything here works through the ``CheckpointStorage`` ability of the layer's i
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -99,11 +100,20 @@ async def lease(
     store: CheckpointStorage, key: ChatKey, owner: str, ttl: float
 ) -> AsyncIterator[bool]:
     """Hold the key's summarizing lease for the block; yields whether it was granted (False:
-    another worker is summarizing the key). It is given back even on cancellation."""
-    held = await store.acquire_lease(key, owner, ttl)
+    another worker, or another task of this one, is summarizing the key). It is given back
+    even on cancellation.
+
+    Each attempt holds it under a name of its own (``owner`` and a random part): a store
+    grants a lease again to the owner holding it, so two tasks of one instance (a manual
+    compaction beside a background summary, or a key's state evicted and loaded again while
+    its summary was queued) would both be granted it and both call the summarizer, and the
+    first to finish would give back the other's lease.
+    """
+    holder = f"{owner}:{uuid.uuid4().hex[:8]}"
+    held = await store.acquire_lease(key, holder, ttl)
     try:
         yield held
     finally:
         if held:
             with anyio.CancelScope(shield=True):
-                await store.release_lease(key, owner)
+                await store.release_lease(key, holder)
