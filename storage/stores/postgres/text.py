@@ -48,10 +48,12 @@ MAX_SEARCH_CHARS: Final = 200_000
 # Words the parser keeps whole: ASCII letters and digits, well below its 2,047-byte limit.
 _PLAIN: Final = re.compile(r"[a-z0-9]{1,200}")
 _HEX_BYTES: Final = 400  # longer words are hashed (a lexeme stays under 1 KB)
-# search_words reads the text in pieces of about this many characters, each cut after one
-# of these (no Unicode normalization composes across them, and they end any word).
+# search_words reads the text in pieces of about this many characters, each cut before an
+# ASCII character that is no word character: it ends any word, and normalization never
+# joins across it (no canonical composition ends with an ASCII character, and it reorders
+# nothing before it).
 _PIECE_CHARS: Final = 65_536
-_CUT: Final = re.compile(r"[ \n]")
+_CUT: Final = re.compile(r"[\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]")
 
 
 def search_term(word: str) -> str:
@@ -116,8 +118,8 @@ def search_words(message: ChatMessage) -> str:
     """The message's searchable words (:func:`search_term`), space-separated, bounded in
     length.
 
-    The text is read in pieces cut after a space or newline (where no normalization or word
-    joins across), and reading stops once the words pass the bound: the first
+    The text is read in pieces cut before ASCII punctuation or white space (where no
+    normalization or word joins across), and reading stops once the words pass the bound: the first
     :data:`MAX_SEARCH_CHARS` are what tokenizing all of it gives, but a 100 MB tool result
     no longer holds the event loop for a minute making words that are then cut off.
     """
@@ -127,7 +129,7 @@ def search_words(message: ChatMessage) -> str:
     start = 0
     while start < len(text) and length <= MAX_SEARCH_CHARS:
         cut = _CUT.search(text, start + _PIECE_CHARS)
-        end = cut.end() if cut is not None else len(text)
+        end = cut.start() if cut is not None else len(text)
         for word in tokenize(text[start:end]):
             term = search_term(word)
             terms.append(term)

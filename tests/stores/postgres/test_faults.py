@@ -89,10 +89,8 @@ async def test_a_batch_over_the_protocol_limit_is_refused_before_it_is_sent(
     # StorageUnavailableError, which a caller retries, forever. It is a bad batch.
     async with PostgresChatStorage(postgres_dsn, schema=_schema(), timeout=30) as store:
         huge = ChatMessage("user", "x" * (MAX_CALL_BYTES + 1))
-        started = time.monotonic()
         with pytest.raises(InvalidMessageError, match="smaller batches"):
             await store.save_messages(IDLE, [ChatMessage("user", "before"), huge])
-        assert time.monotonic() - started < 30
         del huge
         assert await store.fetch(IDLE) == []
         await store.save(IDLE, ChatMessage("user", "after"))
