@@ -3,10 +3,13 @@ checkpoint so that every instance (and a restarted worker) takes the same decisi
 
 A compaction that leaves the view over the trigger holds the key: no new attempt until the
 view has grown by ``step`` (budget unit) or a new turn has started in its raw tail (a new
-user message moves the boundary a compaction may cut at, so more can be summarized). The hold
-is derived from stored data only: it is written into the checkpoint's first summary message
-as ``metadata["chatlayers"]["hold"] = {"unit": ..., "size": ..., "turns": ...}`` and read
-back by every instance that loads or installs that checkpoint; the view never shows it.
+user message moves the boundary a compaction may cut at, so more can be summarized), or,
+when its newest turn is over the trigger on its own (a long agent turn, cut between tool-call
+groups), a new group has started in it (a new assistant message: the older groups can go).
+The hold is derived from stored data only: it is written into the checkpoint's first summary
+message as ``metadata["chatlayers"]["hold"] = {"unit": ..., "size": ..., "turns": ...,
+"groups": ...}`` (``groups`` only for a long turn) and read back by every instance that loads
+or installs that checkpoint; the view never shows it.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ class Hold:
         size: the view's size (budget unit) at which a new attempt is made.
         turns: user messages in the view's raw tail when the hold was set; one more (a new
             turn) releases the hold as well.
+        groups: assistant messages in the raw tail when the hold was set, when its newest
+            turn was over the trigger on its own; one more (a new tool-call group) releases
+            the hold as well. ``None``: the newest turn was not.
     """
 
     size: int
     turns: int
+    groups: int | None = None
 
 
 def _own(message: ChatMessage) -> Mapping[str, object] | None:
@@ -49,9 +56,9 @@ def read_hold(messages: Sequence[ChatMessage], unit: Unit) -> Hold | None:
         marker = _own(message)
         found = marker.get("hold") if marker is not None else None
         if isinstance(found, Mapping):
-            size, turns = found.get("size"), found.get("turns")
+            size, turns, groups = found.get("size"), found.get("turns"), found.get("groups")
             if found.get("unit") == unit and type(size) is int and type(turns) is int:
-                return Hold(size, turns)
+                return Hold(size, turns, groups if type(groups) is int else None)
             return None
     return None
 
@@ -69,6 +76,8 @@ def with_hold(messages: Sequence[ChatMessage], hold: Hold | None, unit: Unit) ->
         meta = thaw(message.metadata)
         own = dict(meta["chatlayers"])
         own["hold"] = {"unit": unit, "size": hold.size, "turns": hold.turns}
+        if hold.groups is not None:
+            own["hold"]["groups"] = hold.groups
         meta["chatlayers"] = own
         out[index] = attrs.evolve(message, metadata=meta)
         break

@@ -329,9 +329,11 @@ class MemoryViews(BaseViews[MemoryState]):
             report.set("outcome", "unchanged")
         # Held when what the compaction left is over the trigger; the saves that landed
         # during the call (``late``) were not offered to it, so they hold nothing.
-        size = policy.size(state) - state.size_of(late)
-        turns = state.tail_turns() - sum(1 for m in late if m.role == "user")
-        state.hold = policy.hold_for(size, turns)
+        # Never held by groups: memory mode summarizes whole turns, so a new group of a long
+        # turn lets it cut nothing more.
+        view = state.view or []
+        left = view[: len(view) - len(late)]
+        state.hold = policy.hold_after(state, left, state.n_summary, by_groups=False)
 
     @staticmethod
     def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:

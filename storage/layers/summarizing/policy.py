@@ -15,7 +15,10 @@ due again as soon as either
 - the view has grown by ``step`` (``trigger - keep_budget``) since, or
 - a new turn has started in its raw tail (a new user message): the boundary a compaction may
   cut at has moved, so newer material allows cutting more, and a view is never left over
-  the budget while it could be shrunk.
+  the budget while it could be shrunk; or
+- the newest turn was over the trigger on its own (a long agent turn) and a new tool-call
+  group has started in it (a new assistant message): such a turn is cut between its groups,
+  so the older ones can now be summarized.
 
 In store mode the hold is written into the checkpoint the compaction stored (:mod:`.hold`),
 so a restarted worker and every other instance over the same store take the same decision
@@ -184,17 +187,44 @@ class Policy:
         if size <= self.trigger:
             return False
         hold = state.hold
-        return hold is None or size >= hold.size or state.tail_turns() > hold.turns
+        if hold is None or size >= hold.size or state.tail_turns() > hold.turns:
+            return True
+        return hold.groups is not None and state.tail_groups() > hold.groups
 
-    def hold_for(self, size: int, turns: int) -> Hold | None:
-        """The hold after a compaction leaving a view of ``size`` with ``turns`` user messages
-        in its raw tail (``None``: under the trigger, not held)."""
-        return Hold(size + self.step, turns) if size > self.trigger else None
+    def hold_after(
+        self,
+        state: KeyState,
+        view: Sequence[ChatMessage],
+        n_summary: int,
+        *,
+        by_groups: bool = True,
+    ) -> Hold | None:
+        """The hold after a compaction leaving ``view`` (its first ``n_summary`` messages the
+        summary part, the pinned prompt included), ``None`` when it is under the trigger.
+
+        With ``by_groups`` (the compaction summarized raw messages), ``groups`` is set when
+        the newest turn, with the summary part, is over the trigger on its own: a compaction
+        cuts such a turn between its tool-call groups (``plan_cut``), so each new group lets
+        it summarize the older ones. A summarizer that kept everything waits for more
+        material than one group (``step``) or a new turn, not a call per group."""
+        size = self.measure(state, view)
+        if size <= self.trigger:
+            return None
+        tail = view[n_summary:]
+        users = [index for index, m in enumerate(tail) if m.role == "user"]
+        newest = users[-1] if users else 0
+        groups = None
+        if by_groups and self.measure(state, [*view[:n_summary], *tail[newest:]]) > self.trigger:
+            groups = sum(1 for m in tail if m.role == "assistant")
+        return Hold(size + self.step, len(users), groups)
 
     def settle(self, state: KeyState) -> None:
         """After a compaction attempt that stored nothing (or in memory mode): hold the key
         when its view is still over the trigger."""
-        state.hold = self.hold_for(self.size(state), state.tail_turns())
+        view = state.view
+        state.hold = (
+            None if view is None else self.hold_after(state, view, state.n_summary, by_groups=False)
+        )
 
     def may_try(self, state: KeyState) -> bool:
         """No backoff is running for the key."""

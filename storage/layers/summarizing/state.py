@@ -55,9 +55,9 @@ class KeyState:
         tokens: running size of ``view`` by ``measure``, kept incrementally: a save adds its
             messages' counts, only a rebuilt view is summed again (from cached counts).
         hold: a compaction that could not bring the view under the trigger sets this: no new
-            attempt until the view's size reaches ``hold.size`` or a new turn starts in its
-            tail (:mod:`.hold`); read from the stored summary part, so every instance holds
-            alike. ``None``: not held.
+            attempt until the view's size reaches ``hold.size``, a new turn starts in its
+            tail or, in a long turn, a new tool-call group (:mod:`.hold`); read from the
+            stored summary part, so every instance holds alike. ``None``: not held.
         scheduled: background mode: a summary task for this key is queued or running.
     """
 
@@ -103,6 +103,13 @@ class KeyState:
         if view is None:
             return 0
         return sum(1 for m in view[self.n_summary :] if m.role == "user")
+
+    def tail_groups(self) -> int:
+        """Assistant messages (tool-call groups and replies) in the view's raw tail."""
+        view = self.view
+        if view is None:
+            return 0
+        return sum(1 for m in view[self.n_summary :] if m.role == "assistant")
 
     def size_of(self, messages: Sequence[ChatMessage]) -> int:
         """``messages`` measured in the budget unit (tokens, else messages)."""

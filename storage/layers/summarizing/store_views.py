@@ -291,8 +291,12 @@ class StoreViews(BaseViews[StoreState]):
             # The hold is decided from what is stored (the checkpoint and the raw messages
             # after it), and stored with it, so every instance holds the key alike.
             kept = [m for m, seq in zip(tail, seqs, strict=True) if seq > covers_to]
-            size = self.policy.measure(state, [*view_form(messages), *kept])
-            hold = self.policy.hold_for(size, sum(1 for m in kept if m.role == "user"))
+            summary = view_form(messages)
+            # Held by groups only after a cut that summarized raw messages: a summarizer that
+            # kept everything is not called again for every new group.
+            hold = self.policy.hold_after(
+                state, [*summary, *kept], len(summary), by_groups=covers_to > covers
+            )
             messages = with_hold(messages, hold, state.unit)
             new = fleet.new_checkpoint(messages, covers_to, epoch, name, datetime.now(UTC))
             stored = await self._store_checkpoint(state, key, new, base_version)

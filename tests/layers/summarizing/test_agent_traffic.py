@@ -185,6 +185,56 @@ async def test_token_budget_keeps_the_view_under_trigger_tokens() -> None:
     assert count_tokens(view[2:]) <= 400 + 200  # the kept groups: about keep_tokens
 
 
+async def test_a_long_turn_held_over_the_budget_is_cut_again_at_its_next_group(
+    tmp_path: Path,
+) -> None:
+    # A result over the budget on its own holds the key after its cut (the newest group always
+    # stays); the next group, though far less than the hold's step, lets it be summarized.
+    path = tmp_path / "chats.db"
+    counting = Counting()
+    layer = SummarizingChatStorage(SQLiteChatStorage(path), counting, trigger_tokens=1500)
+    huge = group(1, long_output(1, words=420))
+    assert count_tokens(huge) > 1500
+    await layer.save_messages(KEY, [SYSTEM, REQUEST, *group(0)])
+    await layer.fetch(KEY)
+    await layer.save_messages(KEY, huge)
+    held = await layer.fetch(KEY)
+    assert count_tokens(held) > 1500  # the cut could not get under: the key is held
+    assert [m.id for m in held[-2:]] == [m.id for m in huge]
+    calls = counting.calls
+    small = group(2, long_output(2, words=60))
+    assert count_tokens(small) < 1500 - 1500 // 4  # less than the hold's step
+    await layer.save_messages(KEY, small)
+    view = await layer.fetch(KEY)
+    assert counting.calls == calls + 1
+    calls_after_first = counting.calls
+    assert count_tokens(view) <= 1500 + 3
+    assert huge[1].id not in {m.id for m in view}  # summarized: its group is older now
+    assert_group_view(view)
+    assert [m.id for m in view[-2:]] == [m.id for m in small]
+    # Another worker over the same file serves the same view, with no call of its own, and
+    # takes the same decision from the stored hold: one more group, one more cut.
+    other_calls = Counting()
+    other = SummarizingChatStorage(SQLiteChatStorage(path), other_calls, trigger_tokens=1500)
+    try:
+        assert await other.fetch(KEY) == view
+        assert other_calls.calls == 0
+        bigger = group(3, long_output(3, words=420))
+        await other.save_messages(KEY, bigger)
+        await other.fetch(KEY)  # held again: the newest group is over the budget on its own
+        calls = other_calls.calls
+        await other.save_messages(KEY, group(4))
+        last = await other.fetch(KEY)
+        assert other_calls.calls == calls + 1
+        assert bigger[1].id not in {m.id for m in last}
+        assert count_tokens(last) <= 1500 + 3
+        assert await layer.fetch(KEY) == last  # the first worker serves it too
+        assert counting.calls == calls_after_first  # it made none
+    finally:
+        await other.aclose()
+    await layer.aclose()
+
+
 async def test_tokens_are_counted_once_per_message_never_the_whole_buffer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
