@@ -234,7 +234,7 @@ class StoreViews(BaseViews[StoreState]):
             if not held:
                 self.counts.lease_busy += 1
                 # A fetch tries again once the holder's lease has run out (it died, or its
-                # checkpoint never came: a read-back of one clears this).
+                # checkpoint never came; one that came was read back, so none is due).
                 state.busy_until = self.clock() + self.options.lease_ttl
                 report.set("outcome", "lease_busy")
                 if force:
@@ -376,7 +376,7 @@ class StoreViews(BaseViews[StoreState]):
             if not held:
                 self.counts.lease_busy += 1
                 # A fetch tries again once the holder's lease has run out (it died, or its
-                # checkpoint never came: a read-back of one clears this).
+                # checkpoint never came; one that came was read back, so none is due).
                 state.busy_until = self.clock() + self.options.lease_ttl
                 raise self._busy(key)
             for _ in range(3):
