@@ -24,7 +24,9 @@ Mapping to ``ChatMessage`` (lossless, checked by the tests; the converters are i
 
 Reading back, a summary message (``metadata["chatlayers"]["summary"]``) becomes a ``user``
 message, as agent-squad's own summarizer makes it (its conversations only have ``user`` and
-``assistant``).
+``assistant``); when the kept turn opens with a user message, the summary's blocks open that
+message instead, so the history alternates user and assistant as Bedrock's Converse API
+requires (agent-squad's own summarizer leaves two user messages in a row there).
 """
 
 from __future__ import annotations

@@ -344,7 +344,9 @@ def from_chat_messages(messages: Sequence[ChatMessage]) -> list[ConversationMess
 
     Messages of one group (``metadata["agent_squad"]["group"]``) become one user message;
     consecutive ``tool`` messages without a group (written by another adapter) become one
-    user message of ``toolResult`` blocks, as Bedrock expects.
+    user message of ``toolResult`` blocks, as Bedrock expects. A leading summary (a user
+    message here) followed by a user message is joined with it, its blocks first, so the
+    history alternates user and assistant.
     """
     out: list[ConversationMessage] = []
     index = 0
@@ -371,7 +373,24 @@ def from_chat_messages(messages: Sequence[ChatMessage]) -> list[ConversationMess
         else:
             out.append(_from_single(message))
             index += 1
+    if len(out) > 1 and messages[0].is_summary and out[0].role == out[1].role == "user":
+        out[:2] = [_joined(out[0], out[1])]
     return out
+
+
+def _blocks(message: ConversationMessage) -> list[Any]:
+    content = message.content
+    if content is None:
+        return []
+    return [{"text": content}] if isinstance(content, str) else list(content)
+
+
+def _joined(summary: ConversationMessage, turn: ConversationMessage) -> ConversationMessage:
+    """The summary (a user message) and the user message after it as one user message, its
+    blocks first: roles alternate, as Bedrock's Converse API requires ("A conversation must
+    alternate between user and assistant roles", ``ValidationException`` otherwise)."""
+    citations = getattr(turn, "citations", None)
+    return ConversationMessage("user", [*_blocks(summary), *_blocks(turn)], citations)
 
 
 def with_agent_prefix(message: ConversationMessage, agent_id: str) -> ConversationMessage:

@@ -160,6 +160,20 @@ def test_bad_content_is_refused() -> None:
         to_chat_messages({"role": "user"})
 
 
+def test_a_summary_opens_the_user_message_after_it_so_roles_alternate() -> None:
+    summary = ChatMessage("system", "Earlier: ...", metadata={"chatlayers": {"summary": True}})
+    question = ChatMessage("user", "And my bags?", metadata={"agent_squad": {"str": True}})
+    answer = ChatMessage("assistant", "Two bags.")
+    back = from_chat_messages([summary, question, answer])
+    assert view(back) == [
+        ("user", [{"text": "Earlier: ..."}, {"text": "And my bags?"}]),
+        ("assistant", [{"text": "Two bags."}]),
+    ]
+    # Only a leading summary is joined; a plain history keeps its messages as they were.
+    plain = from_chat_messages([ChatMessage("user", "a"), ChatMessage("user", "b")])
+    assert [m.role for m in plain] == ["user", "user"]
+
+
 def test_summary_and_foreign_tool_messages_read_back_as_agent_squad_expects() -> None:
     summary = ChatMessage("system", "Earlier: ...", metadata={"chatlayers": {"summary": True}})
     call = ChatMessage("assistant", None, [ToolCall("c1", "f", "{}"), ToolCall("c2", "g", "x")])
@@ -284,6 +298,11 @@ from agent_squad.orchestrator import AgentSquad  # type: ignore[import-untyped] 
 from agent_squad.types import AgentSquadConfig  # noqa: E402
 
 
+def _text(message: Any) -> str:
+    """The text blocks of an agent-squad message, one per line."""
+    return "\n".join(b["text"] for b in message.content if "text" in b)
+
+
 class EchoAgent(Agent):  # type: ignore[misc]
     """Answers without a model and records the history the orchestrator hands it."""
 
@@ -299,7 +318,7 @@ class EchoAgent(Agent):  # type: ignore[misc]
         chat_history: list[ConversationMessage],
         additional_params: dict[str, str] | None = None,
     ) -> ConversationMessage:
-        self.seen.append((user_id, [(m.role, m.content[0]["text"]) for m in chat_history]))
+        self.seen.append((user_id, [(m.role, _text(m)) for m in chat_history]))
         return ConversationMessage("assistant", [{"text": f"{self.id} answers: {input_text}"}])
 
 
@@ -373,17 +392,19 @@ async def test_agent_squad_orchestrator_over_a_scrubbed_summarized_sqlite_stack(
 
     # Each user's tech agent saw the summarized buffer once the raw history passed
     # trigger_at * 2 = 4: the fourth tech question came with 6 raw messages, served as the
-    # summary and the last turn (keep_last=1).
+    # summary and the last turn (keep_last=1), the summary opening that turn's user message
+    # (agent-squad histories have no system role, and Bedrock wants roles to alternate).
     for user in turns:
         histories = [history for who, history in tech.seen if who == user]
-        assert [len(history) for history in histories] == [0, 2, 4, 3]
-        summary, *recent = histories[-1]
-        assert summary[0] == "user"  # agent-squad histories have no system role
-        assert "<conversation_summary>" in summary[1]  # the framed summary, as a user turn
+        assert [len(history) for history in histories] == [0, 2, 4, 2]
+        (role, text), answer = histories[-1]
+        assert role == "user"
+        summary, _, question = text.partition("</conversation_summary>\n")
+        assert "<conversation_summary>" in summary  # the framed summary, first
         # The turn kept verbatim is the third tech turn as stored (scrubbed).
         raw = await stack.inner.fetch(ChatKey(user, "session-1", "tech"))
-        assert recent == [(m.role, m.text) for m in raw[4:6]]
-        assert "<EMAIL_ADDRESS_" in recent[0][1]
+        assert [("user", question), answer] == [(m.role, m.text) for m in raw[4:6]]
+        assert "<EMAIL_ADDRESS_" in question
     assert [len(history) for _, history in billing.seen] == [0, 0]
     # The inner store kept every raw message.
     assert len(await stack.fetch_all_chats("alice", "session-1")) == 10
