@@ -10,18 +10,22 @@ loses the conversation, said in each adapter's docstring).
 process): it reads the record and its version in one snapshot, computes the new record, and
 writes it only if the version is still the one read (an append as ``save_messages_if``, a
 rewrite as ``replace(..., expected_version=...)``: both compare the version atomically with
-the write); otherwise it reads again and re-applies the change, up to :data:`EDIT_ATTEMPTS`
-times, then raises ``ConflictError``. A change names what it removes by id from the record
-it was first given, so a retry never removes a message that landed in between. Only the
+the write); otherwise it waits a moment (a random pause, up to twice as long after each
+conflict: workers that collided spread out instead of colliding again), reads again and
+re-applies the change, up to :data:`EDIT_ATTEMPTS` times, then raises ``ConflictError``. A
+change names what it removes by id from the record it was first given, so a retry never
+removes a message that landed in between. Only the
 delete-then-save fallback (no ``replace`` in the stack, or a history it refuses) checks the
 version just before the delete and so still races an append landing in that window.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Final
 
+import anyio
 import attrs
 
 from storage.abilities import ReplaceableStorage, SequencedStorage, find_ability
@@ -30,9 +34,24 @@ from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
-__all__ = ["EDIT_ATTEMPTS", "Change", "edit", "insert", "raw_history", "rewrite"]
+__all__ = ["EDIT_ATTEMPTS", "Change", "edit", "insert", "pause_bound", "raw_history", "rewrite"]
 
-EDIT_ATTEMPTS: Final = 5
+EDIT_ATTEMPTS: Final = 8
+_PAUSE: Final = 0.005  # seconds: the longest pause before the second attempt
+_PAUSE_MAX: Final = 0.2
+
+
+def pause_bound(attempt: int) -> float:
+    """The longest pause, in seconds, before attempt ``attempt`` (1: the second) of an
+    :func:`edit`: 5 ms doubling, at most 200 ms (exponential backoff with full jitter: the
+    pause is drawn uniformly below it)."""
+    return min(_PAUSE_MAX, _PAUSE * 2.0 ** (attempt - 1))
+
+
+async def _pause(attempt: int) -> None:
+    await anyio.sleep(random.uniform(0, pause_bound(attempt)))
+
+
 # The new record for the record given, or None for "no change".
 Change = Callable[[list[ChatMessage]], list[ChatMessage] | None]
 
@@ -128,14 +147,17 @@ async def edit(
     there is no version to check and the change is written as computed.
 
     Raises:
-        ConflictError: the record changed ``attempts`` times in a row while it was edited
-            (nothing changed by this call).
+        ConflictError: the record changed ``attempts`` times in a row while it was edited,
+            with a pause (:func:`pause_bound`) before each new try (nothing changed by this
+            call).
         InvalidMessageError: a message is invalid (nothing changed).
         StorageUnavailableError: the backend cannot be reached.
     """
     sequenced = find_ability(stack, SequencedStorage)
     replaceable = find_ability(stack, ReplaceableStorage)
-    for _ in range(attempts):
+    for attempt in range(attempts):
+        if attempt:
+            await _pause(attempt)
         if sequenced is None:
             record, version = await raw_history(stack, key), None
         else:

@@ -16,8 +16,10 @@ from llama_index.core.memory import ChatMemoryBuffer, Memory
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from storage.adapters import rewrite
 from storage.adapters.llama_index import LlamaIndexChatStore
 from storage.adapters.llama_index_memory import LlamaIndexMemoryStore
+from storage.adapters.rewrite import EDIT_ATTEMPTS
 from storage.config import open_storage
 from storage.errors import ConflictError
 from storage.message import ChatKey
@@ -119,7 +121,28 @@ async def test_an_edit_that_keeps_conflicting_raises_and_changes_nothing(tmp_pat
     racing.times = 0
     got = texts(await two.aget_messages("c"))
     assert got[:4] == ["m0", "m1", "m2", "m3"]  # nothing removed; every append kept
-    assert len(got) == 4 + 5
+    assert len(got) == 4 + EDIT_ATTEMPTS
+
+
+async def test_an_edit_pauses_between_tries_and_wins_before_its_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[float] = []
+    real = rewrite._pause
+
+    async def recorded(attempt: int) -> None:
+        pauses.append(attempt)
+        await real(attempt)
+
+    monkeypatch.setattr(rewrite, "_pause", recorded)
+    one, two, _ = await two_workers(tmp_path / "chats.db", times=EDIT_ATTEMPTS - 1)
+    removed = await one.adelete_message("c", 0)
+    assert removed is not None
+    assert removed.content == "m0"
+    assert pauses == list(range(1, EDIT_ATTEMPTS))  # one pause before every new try
+    got = texts(await two.aget_messages("c"))
+    assert got == ["m1", "m2", "m3", *[f"late {n}" for n in range(EDIT_ATTEMPTS - 1)]]
+    assert [rewrite.pause_bound(n) for n in (1, 2, 3, 7, 20)] == [0.005, 0.01, 0.02, 0.2, 0.2]
 
 
 async def test_memory_edits_never_erase_a_message_appended_meanwhile(tmp_path: Path) -> None:
