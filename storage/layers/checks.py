@@ -89,12 +89,11 @@ def _built_over_a_stand_in(checked: Checked) -> None:
 def _encrypt(checked: Checked) -> None:
     """The encrypting layer's ``cache_chars`` and master keys (``keys``, or the variable
     ``key_env`` names), as its constructor reads them before it opens the keyring."""
+    from storage.layers.encrypting.cache import check_cache_chars
     from storage.layers.encrypting.master import load_master_keys
 
     given = checked.given()
-    cache_chars = given.get("cache_chars")
-    if type(cache_chars) is not int or cache_chars < 0:  # the constructor's own check
-        raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
+    check_cache_chars(given.get("cache_chars"))
     load_master_keys(given.get("keys"), given.get("key_env"))
 
 

@@ -20,9 +20,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
+from storage.errors import ConfigError
 from storage.message import ChatKey, ChatMessage
 
-__all__ = ["PlainCache"]
+__all__ = ["PlainCache", "check_cache_chars"]
+
+
+def check_cache_chars(value: object) -> None:
+    """Refuse a ``cache_chars`` that is not an int >= 0 (a bool included).
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {value!r}")
+
 
 _MAX_VIEWS: Final = 512
 

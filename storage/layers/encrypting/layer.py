@@ -26,7 +26,7 @@ from storage.abilities import (
 )
 from storage.errors import ConfigError, InvalidKeyError
 from storage.layers.encrypting.apart import check_apart, check_durable
-from storage.layers.encrypting.cache import PlainCache
+from storage.layers.encrypting.cache import PlainCache, check_cache_chars
 from storage.layers.encrypting.datakeys import DataKeys
 from storage.layers.encrypting.keyring import Keyring, KeyringState, open_keyring
 from storage.layers.encrypting.ledger import RESERVED_USER
@@ -136,8 +136,7 @@ class EncryptingChatStorage(RecordsAndVault, Sealing, PayloadLayer):
         create_keyring: bool = False,
     ) -> None:
         super().__init__(inner)
-        if type(cache_chars) is not int or cache_chars < 0:
-            raise ConfigError(f"encrypt: cache_chars must be an int >= 0, got {cache_chars!r}")
+        check_cache_chars(cache_chars)
         if type(create_keyring) is not bool:
             raise ConfigError(f"encrypt: create_keyring must be a bool, got {create_keyring!r}")
         self.masters: MasterKeys = load_master_keys(keys, key_env)
