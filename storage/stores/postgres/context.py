@@ -94,8 +94,8 @@ class PostgresContext:
                 raise
             bounded = BoundedPool(
                 created,
-                self.pool_options.get("timeout") or 10.0,
-                self.pool_options.get("max_size") or 10,
+                self.pool_options["timeout"],
+                self.pool_options["max_size"],
             )
             self.current = bounded
             return bounded
