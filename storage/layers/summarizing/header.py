@@ -20,6 +20,9 @@ header, framed alike. The merged message ``is_summary``.
 Grounding survives the merge: the header's ``metadata["chatlayers"]["sources"]`` is the
 merged summaries' (``covers``: the ids of the raw messages they summarize, oldest first;
 ``facts``: each fact they state → the id of the message it came from), never in the text.
+So does what the newest merged summary says of itself (its other ``chatlayers`` fields:
+``summarizer``, ``summarized``, ``model``, ``ungrounded``, ``quoted_instructions``, …),
+whether or not a prompt is pinned.
 """
 
 from __future__ import annotations
@@ -52,13 +55,30 @@ def framed(text: str) -> str:
     return f"{FRAME}\n{_OPEN}\n{inner}\n{_CLOSE}"
 
 
-def _marked(metadata: Mapping[str, Any], sources: dict[str, Any] | None = None) -> dict[str, Any]:
+def _marked(
+    metadata: Mapping[str, Any],
+    sources: dict[str, Any] | None = None,
+    fields: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``metadata`` marked as a summary, with the summary's ``fields`` and ``sources``."""
     meta: dict[str, Any] = thaw(metadata)
     own = meta.get("chatlayers")
-    meta["chatlayers"] = {**(own if isinstance(own, dict) else {}), "summary": True}
+    meta["chatlayers"] = {
+        **(own if isinstance(own, dict) else {}),
+        **(fields or {}),
+        "summary": True,
+    }
     if sources is not None:
         meta["chatlayers"]["sources"] = sources
     return meta
+
+
+def _own_fields(summary: ChatMessage) -> dict[str, Any]:
+    """What ``summary``'s metadata says of it (``chatlayers`` without ``sources``)."""
+    marker = summary.metadata.get("chatlayers")
+    if not isinstance(marker, Mapping):
+        return {}
+    return {k: thaw(v) for k, v in marker.items() if k not in ("sources", "summary")}
 
 
 def merged_sources(summaries: Sequence[ChatMessage]) -> dict[str, Any] | None:
@@ -117,13 +137,14 @@ def header_messages(
         return [pinned, *others] if pinned is not None else others
     text = framed("\n\n".join(s.text for s in merged))
     sources = merged_sources(merged)
+    fields = _own_fields(merged[-1])
     if pinned is not None:
         head = attrs.evolve(
             pinned,
             content=_join_content(pinned.content, text),
-            metadata=_marked(pinned.metadata, sources),
+            metadata=_marked(pinned.metadata, sources, fields),
         )
     else:
         first = merged[0]
-        head = attrs.evolve(first, content=text, metadata=_marked(first.metadata, sources))
+        head = attrs.evolve(first, content=text, metadata=_marked(first.metadata, sources, fields))
     return [head, *others]
