@@ -11,7 +11,8 @@ be summarized, the steps' result is the compaction (smaller, if still over the b
 summarizer's result is checked (:mod:`.calling`) and split into the summary part a checkpoint
 holds and the raw tail it keeps (:mod:`.projection`). Nothing here reads or writes the store:
 the store-mode views (:mod:`.store_views`) take the lease, read the view back and store what
-is made; the memory-mode views (:mod:`.memory_views`) use the same steps.
+is made; the memory-mode views (:mod:`.memory_views`) make their compactions here too and keep
+what is made in this process.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Compaction:
                 return stage
         return None
 
-    def plan(self, state: StoreState, work: Work) -> Cut | None:
+    def plan(self, state: KeyState, work: Work) -> Cut | None:
         """Where a compaction of ``work`` cuts (``None``: nothing can be summarized)."""
         size_of = state.size_of
         policy = self.policy
@@ -130,7 +131,7 @@ class Compaction:
 
     async def compose(
         self,
-        state: StoreState,
+        state: KeyState,
         work: Work,
         summarizer: ChatSummarizer,
         name: str,
@@ -170,7 +171,7 @@ class Compaction:
 
     async def _summarized(
         self,
-        state: StoreState,
+        state: KeyState,
         work: Work,
         summarizer: ChatSummarizer,
         name: str,
@@ -223,17 +224,19 @@ class Compaction:
 
     async def _call(
         self,
-        state: StoreState,
+        state: KeyState,
         summarizer: ChatSummarizer,
         source: list[ChatMessage],
         keep_last: int,
     ) -> list[ChatMessage]:
-        state.summarizing = True
+        # Restored, not cleared: memory mode marks the whole compaction as running (its saves
+        # are collected until the result is installed).
+        running, state.summarizing = state.summarizing, True
         self.counts.summarizer_calls += 1
         try:
             return await run_summarizer(summarizer, source, keep_last, self.options.timeout)
         finally:
-            state.summarizing = False
+            state.summarizing = running
 
 
 def _check_summary(summary: Sequence[ChatMessage]) -> None:

@@ -12,7 +12,10 @@ pinned prompt marked verbatim, then the summary messages, what a checkpoint woul
 shown through the same projection as a stored checkpoint
 (:func:`~storage.layers.summarizing.cutting.view_form`: one leading message), so both modes
 serve the same shape; the next summarizer round reads the stored form back
-(:func:`source`), never the merged header.
+(:func:`source`), never the merged header. Compactions are made as in store mode
+(:meth:`~storage.layers.summarizing.compaction.Compaction.compose`): the no-model steps first,
+then whole turns, or a long newest turn's older tool-call groups, with its opening user message
+and the copies the steps changed kept verbatim in the stored form.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ import attrs
 from storage.errors import InvalidArgumentError, SummarizerError
 from storage.layers.summarizing.background import BackgroundRunner
 from storage.layers.summarizing.base_views import BaseViews
-from storage.layers.summarizing.calling import run_summarizer
-from storage.layers.summarizing.clearing import (
-    Stage,
-    cleared_reason,
-    needs_originals,
-    still_held,
+from storage.layers.summarizing.clearing import STEPS
+from storage.layers.summarizing.compaction import Compaction, Made
+from storage.layers.summarizing.cutting import (
+    PINNED_ROLES,
+    Work,
+    is_verbatim,
+    mark_verbatim,
+    source_form,
 )
-from storage.layers.summarizing.compaction import Compaction
-from storage.layers.summarizing.cutting import PINNED_ROLES, Work, mark_verbatim, source_form
 from storage.layers.summarizing.options import Summaries, SummarizingOptions
 from storage.layers.summarizing.policy import Policy
 from storage.layers.summarizing.projection import (
@@ -50,7 +53,7 @@ from storage.protocol import ChatStorage
 from storage.summarizer import ChatSummarizer
 from storage.telemetry import NULL_SPAN, recorder
 
-__all__ = ["MemoryViews", "install", "pinned_of", "source"]
+__all__ = ["MemoryViews", "carried", "install", "pinned_of", "source"]
 
 
 def pinned_of(source: Sequence[ChatMessage]) -> ChatMessage | None:
@@ -66,6 +69,15 @@ def source(state: MemoryState) -> list[ChatMessage]:
     the prior summary, then the raw messages after it."""
     assert state.view is not None
     return [*source_form(state.stored), *state.view[state.n_summary :]]
+
+
+def carried(state: MemoryState) -> int:
+    """How many verbatim copies (a long turn's opener, messages the no-model steps changed)
+    the cached summary part holds after its pinned prompt: in :func:`source`, the raw messages
+    right after the prior summary that an earlier compaction kept."""
+    stored = state.stored
+    pinned = 1 if stored and is_verbatim(stored[0]) and stored[0].role in PINNED_ROLES else 0
+    return sum(1 for m in stored[pinned:] if is_verbatim(m))
 
 
 def install(
@@ -196,7 +208,9 @@ class MemoryViews(BaseViews[MemoryState]):
             if state.view is not None and policy.due(state) and policy.may_try(state):
                 state.summarizing = True
                 state.pending = []
-                await self._summarize(state, key, source(state), activation=False)
+                await self._summarize(
+                    state, key, source(state), activation=False, carried=carried(state)
+                )
 
     async def _summarize(
         self,
@@ -207,15 +221,18 @@ class MemoryViews(BaseViews[MemoryState]):
         activation: bool,
         policy: Policy | None = None,
         summarize: bool = False,
+        carried: int = 0,
     ) -> None:
         """Compact ``source``: the no-model steps, then the summarizer when they do not make
         the view fit (``summarize``: always). Called with ``state.lock`` held and
         ``state.summarizing`` already set (so no save can slip between snapshot and call).
-        ``policy``: what a failure does (default: the layer's). A ``compaction`` span of the
-        telemetry hook when a recorder listens."""
+        ``policy``: what a failure does (default: the layer's); ``carried``: the verbatim
+        copies after the prior summary in ``source`` (:func:`carried`). A ``compaction`` span
+        of the telemetry hook when a recorder listens."""
+        attempt = _Attempt(source, carried)
         listener = recorder()
         if listener is None:
-            return await self._compact(state, key, source, activation, policy, summarize, None)
+            return await self._compact(state, key, attempt, activation, policy, summarize, None)
         trigger = (
             "manual"
             if policy is not None
@@ -226,13 +243,13 @@ class MemoryViews(BaseViews[MemoryState]):
         with compaction_span(listener, key, state, trigger, "memory") as report:
             if state.view is None:
                 report.set("messages.before", len(source))
-            await self._compact(state, key, source, activation, policy, summarize, report)
+            await self._compact(state, key, attempt, activation, policy, summarize, report)
 
     async def _compact(
         self,
         state: MemoryState,
         key: ChatKey,
-        source: list[ChatMessage],
+        attempt: _Attempt,
         activation: bool,
         policy: Policy | None,
         summarize: bool,
@@ -240,11 +257,11 @@ class MemoryViews(BaseViews[MemoryState]):
     ) -> None:
         """:meth:`_summarize` (``report``: the span, told what came of it)."""
         policy = policy or self.policy
+        source = attempt.source
         # The leading system prompt is pinned: never summarized, first in every view.
         pinned = pinned_of(source)
-        attempt = _Attempt(source[1:] if pinned is not None else source)
         try:
-            await self._attempt(state, key, pinned, attempt, summarize)
+            await self._attempt(state, key, attempt, summarize)
         except BaseException as exc:
             self.counts.summary_failures += 1
             if not isinstance(exc, SummarizerError):
@@ -257,7 +274,7 @@ class MemoryViews(BaseViews[MemoryState]):
             pending, state.pending = state.pending, []
             seen = {m.id for m in source}
             late = [m for m in pending if m.id not in seen]
-            if attempt.accepted is not None:
+            if attempt.done:
                 self._install(state, pinned, attempt, late, policy, report)
             elif state.view is None and activation:
                 if policy.fallback:  # serve the raw window until a retry succeeds
@@ -265,40 +282,30 @@ class MemoryViews(BaseViews[MemoryState]):
                 else:
                     self._drop_if_cold(key, state)  # cold: the next fetch tries again
             # On failure an active view already holds source + pending.
-            if attempt.accepted is None and report is not None and policy.fallback:
+            if not attempt.done and report is not None and policy.fallback:
                 report.set("outcome", "error")  # absorbed: a fallback view is served
 
     async def _attempt(
-        self,
-        state: MemoryState,
-        key: ChatKey,
-        pinned: ChatMessage | None,
-        attempt: _Attempt,
-        summarize: bool,
+        self, state: MemoryState, key: ChatKey, attempt: _Attempt, summarize: bool
     ) -> None:
-        """The no-model steps on ``attempt.body``, then the summarizer unless one of them
-        makes the view fit (``summarize``: always); what comes of it is set on ``attempt``."""
-        compaction = self.compaction
-        work = _work_of(pinned, attempt.body)
-        attempt.stages = stages = compaction.stages(work)
-        if stages:
-            if not summarize:
-                attempt.made = compaction.lightened(state, work, stages)
-            attempt.body = [*work.prior, *stages[-1].items]  # the summarizer reads less
-        if attempt.made is not None:
-            attempt.accepted = [*work.prior, *attempt.made.items]
-            return
-        self.counts.summarizer_calls += 1
-        result = await run_summarizer(
-            self.summarizer, attempt.body, self.options.keep_last, self.options.timeout
+        """The compaction of ``attempt.source`` as store mode makes it (the no-model steps,
+        then the summarizer unless one of them makes the view fit; ``summarize``: always);
+        what comes of it is set on ``attempt``."""
+        work = attempt.work
+        attempt.calls = self.counts.summarizer_calls
+
+        async def originals() -> dict[str, ChatMessage]:  # of earlier cleared results
+            return {m.id: m for m in await self.inner.fetch(key)}
+
+        attempt.made = await self.compaction.compose(
+            state,
+            work,
+            self.summarizer,
+            self.summarizer_name,
+            summarize=summarize,
+            originals=originals,
         )
-        if stages or needs_originals(work.items):  # judged by the previous summary
-            originals = {m.id: m for m in work.items if cleared_reason(m) is None}
-            if needs_originals(work.items):
-                originals = {m.id: m for m in await self.inner.fetch(key)} | originals
-            made = leading_summaries(result)
-            result = [*result[:made], *still_held(result[made:], originals, result[:made])]
-        attempt.accepted = result
+        attempt.done = True
 
     def _install(
         self,
@@ -309,31 +316,37 @@ class MemoryViews(BaseViews[MemoryState]):
         policy: Policy,
         report: CompactionReport | None,
     ) -> None:
-        """Make the view from an accepted result, ``late`` saves after it, and count it."""
-        accepted = attempt.accepted
-        assert accepted is not None
+        """Make the view from a compaction (the source unchanged when nothing could be cut),
+        ``late`` saves after it, and count it."""
         policy.succeeded(state)
-        install(state, pinned, accepted, late)
-        # An unchanged view: nothing could be summarized (the steps' view, if any).
-        stages = attempt.stages
-        step = attempt.made or (stages[-1] if stages and accepted == attempt.body else None)
-        if step is not None:
-            self.compaction.count(step.step)
-        if step is not None or accepted != attempt.body:
+        made = attempt.made
+        work = attempt.work
+        if made is None:
+            if state.view is None:  # a cold key: its raw view (an active one holds it already)
+                install(state, pinned, [*work.prior, *work.items], late)
+            if report is not None:
+                report.set("outcome", "unchanged")
+            if self.counts.summarizer_calls == attempt.calls:
+                # Nothing could be cut and no call was made (store mode alike): no hold, the
+                # next save looks again, cheaply.
+                state.hold = None
+                return
+            cut = False
+        else:
+            messages, end, name = made
+            state.show(messages, [*work.items[end:], *late])
             self.counts.summaries_made += 1
             state.compactions = next(self._compaction_seq)
             if report is not None:
-                report.set("kind", step.step if step is not None else "summary")
+                report.set("kind", name if name in STEPS else "summary")
                 report.installed(state.view)
-        elif report is not None:
-            report.set("outcome", "unchanged")
+            cut = end > work.n_carried
         # Held when what the compaction left is over the trigger; the saves that landed
-        # during the call (``late``) were not offered to it, so they hold nothing.
-        # Never held by groups: memory mode summarizes whole turns, so a new group of a long
-        # turn lets it cut nothing more.
+        # during the call (``late``) were not offered to it, so they hold nothing. Held by
+        # groups only after a cut that reached past the kept copies, as in store mode.
         view = state.view or []
         left = view[: len(view) - len(late)]
-        state.hold = policy.hold_after(state, left, state.n_summary, by_groups=False)
+        state.hold = policy.hold_after(state, left, state.n_summary, by_groups=cut)
 
     @staticmethod
     def _raw_view(raw: list[ChatMessage]) -> list[ChatMessage]:
@@ -378,7 +391,13 @@ class MemoryViews(BaseViews[MemoryState]):
                 state.summarizing = True
                 state.pending = []
                 await self._summarize(
-                    state, key, messages, activation=True, policy=self._explicit, summarize=True
+                    state,
+                    key,
+                    messages,
+                    activation=True,
+                    policy=self._explicit,
+                    summarize=True,
+                    carried=carried(state) if cached else 0,
                 )
             assert state.view is not None
             return list(state.view)
@@ -386,20 +405,27 @@ class MemoryViews(BaseViews[MemoryState]):
 
 @attrs.define
 class _Attempt:
-    """One memory-mode compaction attempt: what the summarizer reads (``body``), the no-model
-    steps' stages, the stage that made the view fit alone (``made``), and the accepted result
-    (``None``: none yet, or it failed)."""
+    """One memory-mode compaction attempt: its source (the pinned prompt, the prior summary,
+    then the messages after it, of which the first ``carried`` are copies an earlier
+    compaction kept), the compaction made (``None``: nothing could be cut) and whether it
+    was made (False: none yet, or it failed)."""
 
-    body: list[ChatMessage]
-    stages: list[Stage] = attrs.field(factory=list)
-    made: Stage | None = None
-    accepted: list[ChatMessage] | None = None
+    source: list[ChatMessage]
+    carried: int = 0
+    made: Made | None = None
+    done: bool = False
+    calls: int = 0  # the layer's summarizer calls before this attempt
 
-
-def _work_of(pinned: ChatMessage | None, body: Sequence[ChatMessage]) -> Work:
-    """A memory-mode compaction's work: the prior summary at the start of ``body`` (the
-    summarizer source after the pinned prompt), then every message after it (none carried:
-    the whole view is in memory)."""
-    prior = leading_summaries(body)
-    items = tuple(body[prior:])
-    return Work(pinned, tuple(body[:prior]), items, (0,) * len(items), 0, 0)
+    @property
+    def work(self) -> Work:
+        """The source taken apart as a compaction reads it; each message's position
+        (1-based) stands for a store sequence, so a compaction's ``covers_to`` is how many of
+        ``items`` it replaced."""
+        source = self.source
+        pinned = pinned_of(source)
+        body = source[1:] if pinned is not None else source
+        prior = leading_summaries(body)
+        items = tuple(body[prior:])
+        return Work(
+            pinned, tuple(body[:prior]), items, tuple(range(1, len(items) + 1)), self.carried, 0
+        )

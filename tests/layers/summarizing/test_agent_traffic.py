@@ -16,6 +16,7 @@ from storage.errors import ConfigError
 from storage.history import check_tool_pairs
 from storage.layers.summarizing import SummarizingChatStorage
 from storage.layers.summarizing.header import FRAME, SEPARATOR
+from storage.layers.summarizing.options import Summaries
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -77,13 +78,20 @@ def assert_group_view(view: list[ChatMessage]) -> None:
 # --- 13.1 long agent turns ------------------------------------------------------------------
 
 
-async def test_the_600_pair_agent_turn_stays_bounded_with_bounded_calls() -> None:
+MODES = pytest.mark.parametrize("summaries", ["store", "memory"])
+
+
+@MODES
+async def test_the_600_pair_agent_turn_stays_bounded_with_bounded_calls(
+    summaries: Summaries,
+) -> None:
     """Without group compaction: 1,200 calls, no summary, a buffer of 1,221 messages. Bound (see the
     layer's docstring): at most ``n // (threshold - keep - 1) + 1`` calls (the opener is the
-    one message after the header a compaction keeps besides the kept groups)."""
+    one message after the header a compaction keeps besides the kept groups). Memory mode
+    cuts alike (before, it summarized whole turns only: one turn stayed whole)."""
     summarizer = Counting()
     base = InMemoryChatStorage()
-    layer = SummarizingChatStorage(base, summarizer, trigger_at=5)
+    layer = SummarizingChatStorage(base, summarizer, trigger_at=5, summaries=summaries)
     history = agent_turn(600)
     largest = 0
     for message in history:
@@ -168,9 +176,14 @@ def long_output(n: int, words: int = 60) -> str:
     return " ".join(f"line{n}_{i}" for i in range(words))
 
 
-async def test_token_budget_keeps_the_view_under_trigger_tokens() -> None:
+@MODES
+async def test_token_budget_keeps_the_view_under_trigger_tokens(summaries: Summaries) -> None:
     layer = SummarizingChatStorage(
-        InMemoryChatStorage(), Counting(), trigger_tokens=1500, keep_tokens=400
+        InMemoryChatStorage(),
+        Counting(),
+        trigger_tokens=1500,
+        keep_tokens=400,
+        summaries=summaries,
     )
     assert layer.trigger_at is None
     history = [SYSTEM, REQUEST] + [m for n in range(80) for m in group(n, long_output(n))]
@@ -233,6 +246,30 @@ async def test_a_long_turn_held_over_the_budget_is_cut_again_at_its_next_group(
     finally:
         await other.aclose()
     await layer.aclose()
+
+
+async def test_memory_mode_cuts_a_held_long_turn_again_at_its_next_group() -> None:
+    # The same hold as above, kept in this process: released by the next tool-call group.
+    counting = Counting()
+    layer = SummarizingChatStorage(
+        InMemoryChatStorage(), counting, trigger_tokens=1500, summaries="memory"
+    )
+    huge = group(1, long_output(1, words=420))
+    await layer.save_messages(KEY, [SYSTEM, REQUEST, *group(0)])
+    await layer.fetch(KEY)
+    await layer.save_messages(KEY, huge)
+    held = await layer.fetch(KEY)
+    assert count_tokens(held) > 1500
+    assert [m.id for m in held[-2:]] == [m.id for m in huge]
+    calls = counting.calls
+    small = group(2, long_output(2, words=60))
+    await layer.save_messages(KEY, small)
+    view = await layer.fetch(KEY)
+    assert counting.calls == calls + 1
+    assert count_tokens(view) <= 1500 + 3
+    assert huge[1].id not in {m.id for m in view}
+    assert_group_view(view)
+    assert [m.id for m in view[-2:]] == [m.id for m in small]
 
 
 async def test_tokens_are_counted_once_per_message_never_the_whole_buffer(

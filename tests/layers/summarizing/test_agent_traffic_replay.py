@@ -15,6 +15,8 @@ import pytest
 from storage import open_storage
 from storage.cli.conversation_file import read_conversations
 from storage.cli.replay import REPLAY_URL, replay
+from storage.message import ChatKey
+from summarizers.tokens import count_tokens
 from tests.paths import REPO
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +80,24 @@ def test_background_benchmark_quick_run() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     for mode in ("inline", "background"):
         assert re.search(rf"^\| {mode} \| ", done.stdout, re.M), done.stdout
+
+
+async def test_memory_mode_serves_the_store_modes_views_on_the_swe_agent_run() -> None:
+    # One worker fetching after every save: both modes make the same compactions, long turn
+    # included (memory mode cut it nowhere before: views grew to 7,209 tokens, the whole run).
+    (conversation,) = read_conversations([SWE])
+    key = ChatKey("u", "s", "a")
+    views: dict[str, list[list[tuple[str, str, str]]]] = {}
+    sizes: list[int] = []
+    for mode in ("store", "memory"):
+        async with open_storage(f"summarize?trigger_tokens=2000&summaries={mode}::memory://") as s:
+            views[mode] = []
+            for message in conversation.messages:
+                await s.save(key, message)
+                view = await s.fetch(key)
+                views[mode].append([(m.id, m.role, m.text) for m in view])
+                if mode == "memory":
+                    sizes.append(count_tokens(view))
+    assert views["memory"] == views["store"]  # each saved message is stamped when saved
+    assert sizes[-1] <= 2000 + 3
+    assert sum(size > 2000 for size in sizes) <= 3

@@ -419,6 +419,8 @@ async def test_compact_in_memory_mode() -> None:
     await fallback.save_messages(KEY, pairs(2))
     with pytest.raises(SummarizerError):  # an explicit compaction always reports failure
         await fallback.compact(KEY)
+    assert [m.text for m in await layer.compact(KEY)] == [framed("gist")]  # nothing to cut: no call
+    await layer.save_messages(KEY, pairs(2, start=10))
     with pytest.raises(SummarizerError):
         await layer.compact(KEY)
 
