@@ -6,6 +6,9 @@ What keeps encryption from stranding data, in one place:
   :class:`~.errors.KeyringMissingError` unless the layer was asked to create one
   (``create_keyring=True``), and even then never over a store that already holds data
   sealed with another keyring. An older or another keyring is refused (:mod:`.ledger`).
+  One task of a process opens or makes it while the others wait, and of processes racing
+  to make it one does (:meth:`~.keyring_base.Keyring.create_if_absent`): it is made, and
+  announced, once.
 - **Lost is not erased.** A value sealed with a key the keyring lacks is a
   ``KeyErasedError`` only when an erasure record names the key; otherwise it is a
   :class:`~.errors.DataKeyMissingError`, and no new key is made for that user (a save is
@@ -26,6 +29,7 @@ import logging
 import os
 from typing import Any, Final
 
+import anyio
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from storage.abilities import (
@@ -103,6 +107,8 @@ class DataKeys:
         self._below = below
         self._create = create
         self._ledger = Ledger(below, keyring.location)
+        # In this process one task opens (or makes) the keyring; the others wait for it.
+        self._opening = anyio.Lock()
         #: The keyring's state once checked against the store (``None``: not yet).
         self.state: KeyringState | None = None
         self._keys: dict[str, tuple[WrappedKey, DataKey]] = {}
@@ -119,15 +125,19 @@ class DataKeys:
             KeyringMismatchError: an older or another keyring than the data's.
         """
         state = self.state
-        if state is None:
-            try:
-                state = await self.keyring.state()
-            except KeyringMissingError:
-                if not self._create:
-                    raise
-                state = (await self.create(announce=True))[1]
-            await self._ledger.check(state, self.keyring.state)
-            self.state = state
+        if state is not None:
+            return state
+        async with self._opening:
+            state = self.state
+            if state is None:
+                try:
+                    state = await self.keyring.state()
+                except KeyringMissingError:
+                    if not self._create:
+                        raise
+                    state = (await self._make(announce=True))[1]
+                await self._ledger.check(state, self.keyring.state)
+                self.state = state
         return state
 
     async def create(self, *, announce: bool = False) -> tuple[bool, KeyringState]:
@@ -138,6 +148,10 @@ class DataKeys:
             KeyringMissingError: the data store holds data of another keyring (the one
                 missing here): a new keyring would not read it, so none is made.
         """
+        async with self._opening:
+            return await self._make(announce=announce)
+
+    async def _make(self, *, announce: bool) -> tuple[bool, KeyringState]:
         try:
             state = await self.keyring.state()
         except KeyringMissingError as missing:
@@ -152,14 +166,23 @@ class DataKeys:
                     await self._ledger.check(state, self.keyring.state)
                     return False, state
                 raise
-            state = await self.keyring.create()
-            await self._ledger.record(state)
-            if announce:
-                log.warning("encrypt: created the keyring %s", self.keyring.location)
-            return True, state
+            made, state = await self._create_keyring()
+            if made:
+                await self._ledger.record(state)
+                if announce:
+                    log.warning("encrypt: created the keyring %s", self.keyring.location)
+                return True, state
+            # Another process made it since we looked: check it like a keyring found here.
         await self._ledger.check(state, self.keyring.state)
         await self._ledger.record(state)
         return False, state
+
+    async def _create_keyring(self) -> tuple[bool, KeyringState]:
+        create_if_absent = getattr(self.keyring, "create_if_absent", None)
+        if create_if_absent is None:  # a keyring that cannot tell: whoever found none made it
+            return True, await self.keyring.create()
+        made, state = await create_if_absent()
+        return bool(made), state
 
     async def _refuse_new_keyring(self, missing: KeyringMissingError) -> None:
         ids = await self._ledger.keyring_ids()
@@ -189,13 +212,14 @@ class DataKeys:
         Raises:
             KeyringMissingError: there is no keyring there.
         """
-        before = await self.keyring.state()
-        newest = await self._ledger.newest(before.generation)
-        target = max(before.generation, newest[0] if newest else 0) + 1
-        after = await self.keyring.advance(target)
-        await self._ledger.record(after)
-        self.state = None
-        self._keys.clear()
+        async with self._opening:  # a first use meanwhile would keep the state before
+            before = await self.keyring.state()
+            newest = await self._ledger.newest(before.generation)
+            target = max(before.generation, newest[0] if newest else 0) + 1
+            after = await self.keyring.advance(target)
+            await self._ledger.record(after)
+            self.state = None
+            self._keys.clear()
         return before, after
 
     # --- one user's key --------------------------------------------------------------------

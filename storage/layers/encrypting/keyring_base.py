@@ -81,6 +81,12 @@ class Keyring(Protocol):
         existing keyring is left as it is."""
         ...
 
+    async def create_if_absent(self) -> tuple[bool, KeyringState]:
+        """:meth:`create`, saying whether this call made the keyring: of any number of
+        callers racing, in any number of processes, one gets ``True`` (optional: without
+        it, each caller that found no keyring counts as its maker)."""
+        ...
+
     async def get(self, user_id: str) -> WrappedKey | None:
         """The user's entry, or ``None`` (never had one, or it was destroyed)."""
         ...

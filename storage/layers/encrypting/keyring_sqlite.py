@@ -119,16 +119,25 @@ class SQLiteKeyring:
         return db
 
     @staticmethod
-    def _init(db: sqlite3.Connection) -> None:
+    def _init(db: sqlite3.Connection) -> bool:
+        """Add the tables and the identity where missing; whether this call added the
+        identity (one write transaction: of processes racing here, exactly one does)."""
         with _immediate(db):
             for statement in _TABLES:
                 db.execute(statement)
-            db.execute(
+            cursor = db.execute(
                 "INSERT OR IGNORE INTO keyring_meta VALUES (1, ?, 1)", (os.urandom(8).hex(),)
             )
+        return cursor.rowcount == 1
 
     async def create(self) -> KeyringState:
-        if self._db is None and not self._closed:
+        return (await self.create_if_absent())[1]
+
+    async def create_if_absent(self) -> tuple[bool, KeyringState]:
+        if self._closed:
+            raise StorageUnavailableError(f"keyring {self.location}: closed")
+        db = self._db
+        if db is None:
             try:
                 Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
@@ -137,13 +146,16 @@ class SQLiteKeyring:
                     f"keyring {self.location}: cannot create ({exc})"
                 ) from exc
             db = self._connect()
-            try:
-                self._init(db)
-            except sqlite3.Error as exc:
+        try:
+            # Whether the file was there says nothing: another process may have made it
+            # empty a moment ago. Whoever inserts the identity made the keyring.
+            made = self._init(db)
+        except sqlite3.Error as exc:
+            if db is not self._db:
                 db.close()
-                raise StorageUnavailableError(f"keyring {self.location}: {exc}") from exc
-            self._db = db
-        return await self.state()
+            raise StorageUnavailableError(f"keyring {self.location}: {exc}") from exc
+        self._db = db
+        return made, await self.state()
 
     # --- statements ----------------------------------------------------------------------
 

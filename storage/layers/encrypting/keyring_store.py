@@ -162,12 +162,18 @@ class StoreKeyring:
             await self.state()
 
     async def create(self) -> KeyringState:
+        return (await self.create_if_absent())[1]
+
+    async def create_if_absent(self) -> tuple[bool, KeyringState]:
+        ours = os.urandom(8).hex()
         for _ in range(_RETRIES):
             version, state = await self._meta()
             if state is not None:
-                return state
-            if await self._write_meta(version, KeyringState(os.urandom(8).hex(), 1)):
-                continue  # read back what won
+                self._exists = True
+                # Made here only if the identity read back is ours: the first record is a
+                # compare-and-set on the empty version, so one writer of any process lands.
+                return state.keyring_id == ours, state
+            await self._write_meta(version, KeyringState(ours, 1))
         raise ConflictError(f"keyring {self.location}: could not be created; retry")
 
     async def advance(self, generation: int) -> KeyringState:
