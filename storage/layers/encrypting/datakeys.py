@@ -45,6 +45,7 @@ from storage.errors import (
     CorruptRecordError,
     InvalidKeyError,
 )
+from storage.keyed_locks import KeyedLocks
 from storage.layers.encrypting.cipher import is_token, token_key_id
 from storage.layers.encrypting.envelope import DataKey, KeyErasedError
 from storage.layers.encrypting.errors import DataKeyMissingError, KeyringMissingError
@@ -107,8 +108,10 @@ class DataKeys:
         self._below = below
         self._create = create
         self._ledger = Ledger(below, keyring.location)
-        # In this process one task opens (or makes) the keyring; the others wait for it.
+        # In this process, one task opens (or makes) the keyring and one makes each user's
+        # first key; the others wait and use the result instead of repeating it.
         self._opening = anyio.Lock()
+        self._first_keys: KeyedLocks[str] = KeyedLocks()
         #: The keyring's state once checked against the store (``None``: not yet).
         self.state: KeyringState | None = None
         self._keys: dict[str, tuple[WrappedKey, DataKey]] = {}
@@ -274,7 +277,12 @@ class DataKeys:
             await self.ready()
         entry = await self.keyring.get(user_id)
         if entry is None:
-            entry = await self._new_key(user_id)
+            # Each attempt may raise the generation (a keyring in a store raises it before
+            # its compare-and-set): the user's other saves here wait and take the key made.
+            async with self._first_keys.hold(user_id):
+                entry = await self.keyring.get(user_id)
+                if entry is None:
+                    entry = await self._new_key(user_id)
         return entry, self.data_key(entry)
 
     async def _new_key(self, user_id: str) -> WrappedKey:

@@ -1,7 +1,8 @@
 """Keyring creation racing itself (SQLite, JSONL and Redis keyrings): tasks of one process and
 two processes meeting a keyring that does not exist yet with ``create_keyring``. One keyring
 is made and announced once, whoever loses the race sees ``made=False``, the generation is
-raised only by the data keys made, and every message reads."""
+raised only by the data keys made (one per user, however many first saves race), and every
+message reads."""
 
 from __future__ import annotations
 
@@ -139,6 +140,30 @@ async def test_init_keyring_called_at_once_makes_it_once(
     assert sorted(made for made, _ in results) == [False] * 9 + [True]
     assert {state for _, state in results} == {await layer.keyring.state()}
     assert (await layer.keyring.state()).generation == 1
+    await layer.aclose()
+
+
+@pytest.mark.parametrize("ring", RINGS)
+async def test_first_saves_of_one_user_at_once_make_one_key_and_one_generation(
+    request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str, ring: str
+) -> None:
+    """Before: a keyring in a store (JSONL, Redis) raised the generation once per save that
+    raced to make the user's first key (40 for one key), though one key won."""
+    layer = EncryptingChatStorage(
+        AwaitingSQLite(tmp_path / "c.db"),
+        keys=MASTER,
+        keyring=ring_url(request, ring, tmp_path, anyio_backend),
+        create_keyring=True,
+    )
+    made, before = await layer.init_keyring()
+    assert made
+    async with anyio.create_task_group() as tg:
+        for n in range(USERS):
+            tg.start_soon(layer.save, ChatKey("ada", "s", f"a{n}"), ChatMessage("user", f"m{n}"))
+    assert (await layer.keyring.state()).generation == before.generation + 1
+    assert len(await layer.keyring.entries()) == 1
+    for n in range(USERS):
+        assert [m.text for m in await layer.fetch(ChatKey("ada", "s", f"a{n}"))] == [f"m{n}"]
     await layer.aclose()
 
 
