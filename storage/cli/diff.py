@@ -131,7 +131,7 @@ async def _cmd_diff(args: argparse.Namespace, out: Output, stack: None) -> int:
     extractor = load_extractor(args.facts)
     conversations = read_conversations(args.files)
     first, second = _sources(args)
-    check_fresh((first, second))
+    check_fresh((first, second), command="diff")
     out.note(
         f"comparing 2 stacks on {plural(len(conversations), 'conversation')} "
         "(fresh stores, nothing is kept)"

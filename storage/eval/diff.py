@@ -248,7 +248,7 @@ async def _run_stack(
 ) -> list[StackRun]:
     runs: list[StackRun] = []
     with tempfile.TemporaryDirectory(prefix="chatlayers-diff-") as directory:
-        async with open_storage(fresh_spec(source, Path(directory))) as stack:
+        async with open_storage(fresh_spec(source, Path(directory), command="diff")) as stack:
             for conversation in conversations:
                 views: dict[int, list[ChatMessage]] = {}
 
@@ -285,7 +285,7 @@ async def diff_urls(
             with files of its own), or a bad URL.
         ChatStorageError: from a stack.
     """
-    check_fresh(sources)
+    check_fresh(sources, command="diff")
     first = await _run_stack(sources[0], conversations, extractor, model, on_message)
     second = await _run_stack(sources[1], conversations, extractor, model, on_message)
     report = DiffReport(

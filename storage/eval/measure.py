@@ -184,10 +184,10 @@ class EvalReport:
         return out
 
 
-def fresh_spec(source: str | Path, directory: Path) -> StackSpec:
+def fresh_spec(source: str | Path, directory: Path, *, command: str = "eval") -> StackSpec:
     """The spec of ``source`` (a URL chain or a config file) over a fresh, empty store:
     ``memory://`` as it is, a SQLite or JSONL store moved into ``directory`` (its other
-    options kept).
+    options kept). ``command`` names the command in its errors (``eval``, ``diff``).
 
     Raises:
         ConfigError: a server store (its data is not the measure's to write), a layer that
@@ -211,19 +211,19 @@ def fresh_spec(source: str | Path, directory: Path) -> StackSpec:
             store.options["path"] = str(directory / "eval")
     elif store.name != "memory":
         raise ConfigError(
-            f"eval replays into fresh stores: use memory://, sqlite or jsonl, not "
-            f"{store.name!r} ({spec.source})"
+            f"{command} replays the conversations into fresh stores it makes and removes: "
+            f"use memory://, sqlite or jsonl, not {store.name!r} ({spec.source})"
         )
     for layer in spec.layers:
         if layer.name in _LAYERS_WITH_FILES:
             raise ConfigError(
-                f"eval cannot measure a stack with {layer.name!r}: its keyring is not fresh "
-                "(and encryption does not change what the view says)"
+                f"{command} cannot replay a stack with {layer.name!r}: its keyring is not "
+                "fresh (and encryption does not change what the view says)"
             )
     return spec
 
 
-def check_fresh(sources: Iterable[str | Path]) -> None:
+def check_fresh(sources: Iterable[str | Path], *, command: str = "eval") -> None:
     """Refuse, before anything is replayed, a source :func:`fresh_spec` refuses (the second
     stack's mistake is not found after the first stack's whole run).
 
@@ -231,7 +231,8 @@ def check_fresh(sources: Iterable[str | Path]) -> None:
         ConfigError: as :func:`fresh_spec`.
     """
     for source in sources:
-        fresh_spec(source, Path(tempfile.gettempdir()))  # parsed only: nothing is created
+        # Parsed only: nothing is created.
+        fresh_spec(source, Path(tempfile.gettempdir()), command=command)
 
 
 async def evaluate_urls(

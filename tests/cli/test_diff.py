@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from storage.cli import main
 from storage.eval.diff import first_difference
 from storage.message import ChatMessage
 from tests.cli.helpers import few, run
+from tests.cli.test_migrate import chatlayers, env
 
 TOKENS = "summarize?trigger_tokens=3000::memory://"
 PAIRS = "summarize?trigger_at=6::memory://"
@@ -163,6 +165,35 @@ def test_a_server_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 1
     assert "fresh stores" in err
     assert "pw" not in err
+
+
+def test_a_refused_stack_is_named_as_diffs_own(tmp_path: Path) -> None:
+    """The console script, as a user runs it: the refusal speaks of diff, not of eval."""
+    path = str(few(tmp_path, 1))
+    redis = subprocess.run(
+        [*chatlayers(), "diff", path, "--url", "memory://", "--url", "redis://:pw@h:1/0"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert redis.returncode != 0, redis.stderr  # an error (its status is the command's)
+    assert "diff replays the conversations into fresh stores" in redis.stderr
+    assert "eval" not in redis.stderr
+    assert "pw" not in redis.stderr
+    sealed = "encrypt?keys=" + "A" * 43 + "=&keyring=memory://::memory://"
+    encrypted = subprocess.run(
+        [*chatlayers(), "diff", path, "--url", "memory://", "--url", sealed],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert encrypted.returncode != 0, encrypted.stderr
+    assert "diff cannot replay a stack with 'encrypt'" in encrypted.stderr
+    assert "eval" not in encrypted.stderr
 
 
 def test_first_difference_names_a_shorter_view() -> None:
