@@ -5,6 +5,7 @@ URL (``?retention=30d``), a TOML file (``retention = "30d"`` or ``retention = 25
 code (``timedelta(days=30)``) all mean the same thing. ``Duration`` and ``PositiveDuration``
 are the annotations of such options: they carry their check (:mod:`storage.checked`), so
 config reports a bad value with every other problem of the configuration.
+:func:`format_duration` writes one back for messages.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "UNITS",
     "Duration",
     "PositiveDuration",
+    "format_duration",
     "parse_duration",
     "parse_positive_duration",
 ]
@@ -85,6 +87,25 @@ def parse_positive_duration(value: int | float | str | timedelta) -> float:
     if not seconds > 0:
         raise InvalidArgumentError(f"a duration must be > 0 seconds, got {value!r}")
     return seconds
+
+
+_NAMES: Final = (("week", 604800.0), ("day", 86400.0), ("hour", 3600.0), ("minute", 60.0))
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` for a person to read: ``"5 minutes"``, ``"1.5 hours"``, ``"45 seconds"``,
+    ``"250 ms"`` (the largest unit it is at least one of, to one decimal; weeks only when whole)."""
+    for name, size in _NAMES:
+        if seconds >= size and (name != "week" or seconds % size == 0):
+            return _count(seconds / size, name)
+    if seconds >= 1 or seconds == 0:
+        return _count(seconds, "second")
+    return f"{seconds * 1000:.3g} ms"
+
+
+def _count(value: float, unit: str) -> str:
+    text = f"{round(value, 1):g}"
+    return f"{text} {unit}" + ("" if text == "1" else "s")
 
 
 #: An option that is a duration >= 0: seconds, a string such as ``"30d"`` or a ``timedelta``.

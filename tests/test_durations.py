@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.durations import parse_duration
+from storage.durations import format_duration, parse_duration
 from storage.errors import InvalidArgumentError
 
 
@@ -48,3 +48,21 @@ def test_bad_durations_refused_naming_the_value(bad: object) -> None:
 def test_units_scale(n: int, unit: str) -> None:
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
     assert parse_duration(f"{n}{unit}") == float(n) * scale
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (300.0, "5 minutes"),
+        (90, "1.5 minutes"),
+        (60, "1 minute"),
+        (45, "45 seconds"),
+        (0, "0 seconds"),
+        (0.25, "250 ms"),
+        (5400, "1.5 hours"),
+        (86400 * 30, "30 days"),
+        (604800 * 2, "2 weeks"),
+    ],
+)
+def test_format_duration_writes_it_as_people_do(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text

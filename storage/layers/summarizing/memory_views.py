@@ -372,7 +372,7 @@ class MemoryViews(BaseViews[MemoryState]):
             messages = source(state) if cached else self._raw_view(await self.inner.fetch(key))
             if not messages:
                 self._drop_if_cold(key, state)
-                raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
+                raise InvalidArgumentError(f"nothing to compact: {key} holds no messages")
             if summary is not None:
                 # The leading system/developer prompt stays first, ahead of the summary.
                 listener = recorder()

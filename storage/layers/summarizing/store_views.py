@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import cast
 
 from storage.abilities import CheckpointStorage, SummaryCheckpoint
+from storage.durations import format_duration
 from storage.errors import ConflictError, InvalidArgumentError, InvalidMessageError, SummarizerError
 from storage.layers.summarizing import fleet
 from storage.layers.summarizing.background import BackgroundRunner
@@ -326,7 +327,8 @@ class StoreViews(BaseViews[StoreState]):
 
     def _busy(self, key: ChatKey) -> ConflictError:
         return ConflictError(
-            f"another worker is summarizing {key!r}; try again within {self.options.lease_ttl} s"
+            f"another worker is summarizing {key}; try again within "
+            f"{format_duration(self.options.lease_ttl)} (its lease runs out by then)"
         )
 
     # --- manual compaction -----------------------------------------------------------------
@@ -347,7 +349,7 @@ class StoreViews(BaseViews[StoreState]):
                     await fleet.load(self.store, key, state)
             assert state.view is not None
             if state.head is None or state.head.last_seq == 0:
-                raise InvalidArgumentError(f"nothing to compact: {key!r} holds no messages")
+                raise InvalidArgumentError(f"nothing to compact: {key} holds no messages")
             if summary is None:
                 try:
                     await self._summarize(state, key, force=True)
@@ -400,4 +402,4 @@ class StoreViews(BaseViews[StoreState]):
                 if await self._store_checkpoint(state, key, checkpoint, base_version):
                     self.policy.succeeded(state)
                     return
-        raise ConflictError(f"the record of {key!r} kept changing; compaction not installed")
+        raise ConflictError(f"the record of {key} kept changing; compaction not installed")

@@ -1,0 +1,54 @@
+"""What a fresh user's trial of ``chatlayers`` found, through the console script a user runs
+(a subprocess), with a second process where the case needs one: the lease message, ``delete``
+of a user with nothing stored, a store option meant for another store, ``why`` without a
+summarizing layer."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from storage import open_storage
+from storage.abilities import CheckpointStorage, find_ability
+from storage.message import ChatKey, ChatMessage
+from tests.cli.test_migrate import chatlayers, env
+
+KEY = ChatKey("ada", "trip", "assistant")
+
+
+def run(*argv: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [*chatlayers(), *argv], env=env(), capture_output=True, text=True, timeout=300, check=False
+    )
+    if check is not None:
+        assert done.returncode == check, done.stdout + done.stderr
+    return done
+
+
+async def _save_turns(url: str, turns: int) -> None:
+    async with open_storage(url) as stack:
+        for n in range(turns):
+            await stack.save(KEY, ChatMessage("user", f"question {n}", id=f"u{n}"))
+            await stack.save(KEY, ChatMessage("assistant", f"answer {n}", id=f"a{n}"))
+
+
+@pytest.mark.anyio
+async def test_a_busy_lease_names_the_conversation_and_the_wait_as_people_write_them(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the key's summarizing lease while the CLI compacts."""
+    url = f"summarize::sqlite:///{tmp_path / 'chats.db'}"
+    await _save_turns(url, 3)
+    async with open_storage(f"sqlite:///{tmp_path / 'chats.db'}") as store:
+        checkpoints = find_ability(store, CheckpointStorage)
+        assert checkpoints is not None
+        assert await checkpoints.acquire_lease(KEY, "another-worker", 300)
+        busy = run("compact", "--url", url, "--user", "ada", "--session", "trip", check=1)
+    assert (
+        "another worker is summarizing 'ada'/'trip'/'assistant'; try again within 5 minutes"
+        in busy.stderr
+    )
+    assert "ChatKey(" not in busy.stderr
+    assert "300.0" not in busy.stderr
