@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from storage.abilities import ListableStorage, RetentionStorage
 from storage.cli.browse import require_ability
@@ -27,24 +27,31 @@ from storage.message import ChatKey, check_key_part
 __all__: list[str] = []
 
 
-async def _cmd_delete(args: argparse.Namespace, out: Output, stack: Stack) -> int:
-    check_key_part("user_id", args.user)
-    if args.agent is not None and args.session is None:
-        raise ConfigError("--agent needs --session: give both to delete one conversation")
+async def _targets(args: argparse.Namespace, stack: Stack) -> tuple[list[ChatKey], str]:
+    """The conversations ``delete`` would erase, and what they are in words."""
     if args.session is not None and args.agent is not None:
         keys = [ChatKey(args.user, args.session, args.agent)]
         listable = _listable(stack)
         if listable is not None:
             stored = await listable.list_keys(args.user, args.session)
             keys = [k for k in stored if k.agent_id == args.agent]
-        what = f"conversation {ChatKey(args.user, args.session, args.agent)}"
-    else:
-        keys = await require_listable(stack).list_keys(args.user, args.session)
-        what = (
-            f"session {args.session!r} of user {args.user!r}"
-            if args.session is not None
-            else f"user {args.user!r}"
-        )
+        return keys, f"conversation {ChatKey(args.user, args.session, args.agent)}"
+    keys = await require_listable(stack).list_keys(args.user, args.session)
+    what = (
+        f"session {args.session!r} of user {args.user!r}"
+        if args.session is not None
+        else f"user {args.user!r}"
+    )
+    return keys, what
+
+
+async def _cmd_delete(args: argparse.Namespace, out: Output, stack: Stack) -> int:
+    check_key_part("user_id", args.user)
+    if args.agent is not None and args.session is None:
+        raise ConfigError("--agent needs --session: give both to delete one conversation")
+    keys, what = await _targets(args, stack)
+    if not keys:
+        await _nothing_stored(args, stack, what)
     count = plural(len(keys), "conversation")
     if args.dry_run:
         if out.json_mode:
@@ -68,6 +75,18 @@ async def _cmd_delete(args: argparse.Namespace, out: Output, stack: Stack) -> in
     else:
         out.text(f"deleted {what} ({count})")
     return 0
+
+
+async def _nothing_stored(args: argparse.Namespace, stack: Stack, what: str) -> NoReturn:
+    """No conversation is listed: an error, as ``show`` of one that is not stored (exit 1).
+    The erasure still runs (not for ``--dry-run``): it is idempotent, and it also reaches
+    what a listing does not show, such as an encrypted user's data key."""
+    if not args.dry_run:
+        if args.session is None:
+            await stack.delete_user(args.user)
+        elif args.agent is not None:
+            await stack.delete(ChatKey(args.user, args.session, args.agent))
+    raise ConfigError(f"nothing is stored for {what}: nothing to delete")
 
 
 def _listable(stack: Stack) -> ListableStorage | None:

@@ -52,3 +52,24 @@ async def test_a_busy_lease_names_the_conversation_and_the_wait_as_people_write_
     )
     assert "ChatKey(" not in busy.stderr
     assert "300.0" not in busy.stderr
+
+
+@pytest.mark.anyio
+async def test_delete_of_a_user_with_nothing_stored_says_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'chats.db'}"
+    await _save_turns(url, 1)
+    nobody = run("delete", "--url", url, "--user", "nobody", "--yes", check=1)
+    assert "nothing is stored for user 'nobody': nothing to delete" in nobody.stderr
+    assert "deleted" not in nobody.stdout
+    dry = run("delete", "--url", url, "--user", "nobody", "--dry-run", check=1)
+    assert "nothing is stored for user 'nobody'" in dry.stderr
+    session = run("delete", "--url", url, "--user", "ada", "--session", "nope", check=1)
+    assert "nothing is stored for session 'nope' of user 'ada'" in session.stderr
+    agent = ("--user", "ada", "--session", "trip", "--agent", "nope")
+    one = run("delete", "--url", url, *agent, check=1)
+    assert "nothing is stored for conversation 'ada'/'trip'/'nope'" in one.stderr
+    # As show does for a conversation that is not stored: the same exit status.
+    run("show", "--url", url, "--user", "nobody", "--session", "trip", check=1)
+    assert (
+        "deleted user 'ada' (1 conversation)" in run("delete", "--url", url, "--user", "ada").stdout
+    )
