@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
             existing_store=spec.existing_store,
             needs_stack=spec.needs_stack,
             check=spec.check,
+            failure_status=spec.failure_status,
         )
     return parser
 
@@ -237,8 +238,26 @@ def _show_warning(
     sys.stderr.write(f"chatlayers: warning: {message}\n")
 
 
+def _errors(exc: BaseException) -> list[ChatStorageError] | None:
+    """The distinct ``ChatStorageError``s ``exc`` is or holds (a task group raises a group:
+    one conversation of a migration failing stops the others), at most three; ``None`` when
+    it holds anything else (a bug: its traceback is shown)."""
+    if isinstance(exc, ChatStorageError):
+        return [exc]
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    found: list[ChatStorageError] = []
+    for inner in exc.exceptions:
+        leaves = _errors(inner)
+        if leaves is None:
+            return None
+        found += [e for e in leaves if str(e) not in {str(f) for f in found}]
+    return found[:3]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``chatlayers`` command; return the exit status (0 ok, 1 error, 2 usage)."""
+    """Run the ``chatlayers`` command; return the exit status (0 ok, 1 error, 2 usage; for
+    ``diff`` and ``verify``, 1 is "they differ" and 2 an error)."""
     parser = build_parser()
     args = _parse(parser, argv)
     out = Output(json_mode=bool(getattr(args, "json", False)))
@@ -246,9 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning  # one readable line, no source excerpt
             return anyio.run(_run, args, out)
-    except ChatStorageError as exc:
-        sys.stderr.write(f"chatlayers: error: {redact_url(str(exc))}\n")
-        return 1
+    except (ChatStorageError, BaseExceptionGroup) as exc:
+        errors = _errors(exc)
+        if errors is None:
+            raise
+        for error in errors:
+            sys.stderr.write(f"chatlayers: error: {redact_url(str(error))}\n")
+        status: int = getattr(args, "failure_status", 1)
+        return status
     except KeyboardInterrupt:
         sys.stderr.write("chatlayers: interrupted\n")
         return 130

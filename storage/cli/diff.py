@@ -169,5 +169,6 @@ command(
     arguments=replay_arguments,
     needs_stack=False,
     many_stacks=True,
+    failure_status=2,
     check=_check,
 )(_cmd_diff)

@@ -24,6 +24,7 @@ from storage.config import open_storage
 from storage.config.loading import to_spec
 from storage.config.stack import Stack, describe_lines
 from storage.errors import ConfigError
+from storage.message import ChatKey
 from storage.migrate import MigrationReport, VerifyReport, migrate, verify
 from storage.redact import redact_url
 
@@ -107,7 +108,7 @@ async def _cmd_migrate(args: argparse.Namespace, out: Output, stack: None) -> in
             )
     if out.json_mode:
         out.json(report.as_dict())
-        return 0
+        return 1 if report.busy else 0
     out.table("chatlayers migrate", COLUMNS, migration_rows(report))
     extra = []
     if report.rewritten:
@@ -119,8 +120,20 @@ async def _cmd_migrate(args: argparse.Namespace, out: Output, stack: None) -> in
     if extra:
         out.note("; ".join(extra))
     ends = f"--from {redact_url(source_url)!r} --to {redact_url(target_url)!r}"
+    if report.busy:
+        out.text(_busy_text(report.busy))
+        return 1
     out.note(f"check it: chatlayers verify {ends}")
     return 0
+
+
+def _busy_text(busy: list[ChatKey]) -> str:
+    shown = ", ".join(str(key) for key in busy[:3]) + (" …" if len(busy) > 3 else "")
+    return (
+        f"not copied: {len(busy):,} conversations written all through the copy's attempts "
+        f"({shown}); a mirror writing them copies each on its next write there (they are "
+        "marked for it), or run migrate again when they are quieter"
+    )
 
 
 async def _cmd_verify(args: argparse.Namespace, out: Output, stack: None) -> int:
@@ -197,7 +210,9 @@ command(
 )(_cmd_migrate)
 command(
     "verify",
-    help="compare two stores key by key; exit 1 naming the first difference",
+    help="compare two stores key by key; exit 1 naming the first difference (2: could not "
+    "compare)",
     arguments=_verify_arguments,
     needs_stack=False,
+    failure_status=2,
 )(_cmd_verify)

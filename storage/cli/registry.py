@@ -16,7 +16,9 @@ directory) and make no summary (their summarizing layers are ``serve_only``);
 ``needs_stack=False``
 commands are called with ``stack=None`` and open nothing; ``many_stacks`` commands (with
 ``needs_stack=False``) take ``--url``/``--config`` several times and get lists; ``check(args)``
-returns a usage error's text (exit status 2, with the command's usage) or ``None``.
+returns a usage error's text (exit status 2, with the command's usage) or ``None``;
+``failure_status`` is the exit status when the command fails with a ``ChatStorageError``
+(1; 2 for commands whose 1 means "they differ", as ``diff(1)``'s does).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Command:
     many_stacks: bool = False
     check: Callable[[argparse.Namespace], str | None] = _no_check
     existing_store: bool = False
+    failure_status: int = 1
 
 
 _COMMANDS: dict[str, Command] = {}
@@ -74,6 +77,7 @@ def command(
     many_stacks: bool = False,
     check: Callable[[argparse.Namespace], str | None] = _no_check,
     existing_store: bool = False,
+    failure_status: int = 1,
 ) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine ``handler(args, out, stack) -> exit status`` as the
     subcommand ``name``.
@@ -96,6 +100,7 @@ def command(
             many_stacks,
             check,
             existing_store,
+            failure_status,
         )
         return handler
 

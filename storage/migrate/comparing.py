@@ -1,17 +1,17 @@
 """``verify(source, target)``: compare two stacks conversation by conversation.
 
-Both are read through their record parts (:func:`~storage.migrate.sides.record_side`):
-the keys, then per key the messages (ids, order, every field), the summary checkpoint
-(summarizer, time, the message it covers by id, since sequence numbers are each store's
-own, and its summary messages), the rewinds and every checkpoint version (by the same
-marks: :meth:`~storage.migrate.sides.Snapshot.rewind_marks`, ``version_marks``) and the
-records (ids, order, kind, data, time). The walk stops at the first difference and names it.
-With ``views``, it also fetches each conversation through both whole stacks (a
-``summarize::`` layer serves checkpoint + tail) and compares what the model would see, and
-the view each reply with a provenance record answered. Verifying writes nothing: for the
-run, every summarizing layer of both stacks is ``serve_only`` (the stored summaries served
-as they are, none made, whatever budget the stacks name), so a second run finds what the
-first did.
+Both are read through their record parts (:func:`~storage.migrate.sides.record_side`): the
+keys, then per key the messages (ids, order, every field), the summary checkpoint
+(summarizer, time, the message it covers by id, since sequence numbers are each store's own,
+and its summary messages), the rewinds and every checkpoint version (by the same marks:
+:meth:`~storage.migrate.sides.Snapshot.rewind_marks`, ``version_marks``) and the records
+(ids, order, kind, data, time, and place among the messages). The walk stops at the first
+difference and names it. With ``views``, it also fetches each conversation through both
+whole stacks (a ``summarize::`` layer serves checkpoint + tail) and compares what the model
+would see, and the view each reply with a provenance record answered. Verifying writes
+nothing: for the run, every summarizing layer of both stacks is ``serve_only`` (the stored
+summaries served as they are, none made, whatever budget the stacks name), so a second run
+finds what the first did.
 """
 
 from __future__ import annotations
@@ -184,7 +184,22 @@ def compare_snapshots(src: Snapshot, tgt: Snapshot, *, history: bool = True) -> 
         or _compare_checkpoints(src, tgt)
         or (_compare_versions(src, tgt) if history else None)
         or _compare_records(src.records, tgt.records)
+        or _compare_places(src, tgt)
     )
+
+
+def _compare_places(src: Snapshot, tgt: Snapshot) -> str | None:
+    """Where the records stand among the messages (records and messages being equal)."""
+    ours, theirs = src.record_places(), tgt.record_places()
+    if ours is None or theirs is None:
+        return None
+    for index, ((record_id, a), (_, b)) in enumerate(zip(ours, theirs, strict=True)):
+        if a != b:
+            return (
+                f"record {index} (id {record_id!r}) comes after {a} messages in the source, "
+                f"{b} in the target"
+            )
+    return None
 
 
 async def _compare_provenance(

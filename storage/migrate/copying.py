@@ -6,9 +6,10 @@ Idempotent and resumable by message and record ids (a store keeps a saved id onc
    fresh target, or a copy cut short by a kill), only what is missing is written: the
    remaining messages in batches (each atomic) and the missing records, interleaved in the
    source's sequence order, so records keep their place among the messages. When they are
-   not (the target was written apart, a ``replace`` or a purge ran on one side only), the
-   target's record is replaced by the source's (``replace``: one atomic write, records kept)
-   or, on a target that cannot replace, deleted and copied again.
+   not (the target was written apart, a ``replace`` or a purge ran on one side only, a
+   mirror began after the conversation did), or its records are not the source's first ones
+   in their places, the target's record is replaced by the source's (``replace``: one atomic
+   write) or, when the target holds records or cannot replace, deleted and copied again.
 2. The summary checkpoint is copied with ``covers_to`` remapped to the target's sequence
    number of the same message (sequence numbers are each store's own) and the target's
    epoch, by compare-and-set; an identical one (same summarizer, time, covered message and
@@ -28,8 +29,10 @@ changes nothing on scrubbed data; an ``encrypt::`` target seals with its own key
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
+import anyio
 import attrs
 
 from storage.abilities import ConversationRecord, SummaryCheckpoint
@@ -42,7 +45,9 @@ __all__ = ["BATCH", "KeyCopy", "sync_key"]
 
 BATCH = 500
 """Messages per ``save_messages`` call (each batch is atomic; a kill loses no batch)."""
-_ATTEMPTS = 3
+_ATTEMPTS = 5
+_PAUSE = 0.05
+"""Seconds before a copy's second attempt after a concurrent write, doubled each time."""
 
 
 @attrs.define
@@ -87,14 +92,18 @@ async def sync_key(source: Side, target: Side, key: ChatKey, *, batch: int = BAT
     is read before the source (a message the mirror wrote to the target after that read is
     one the source held first or changes the target's version), the first write is
     conditional on the target's version (``replace`` / ``save_messages_if``), and the
-    target's order is read back; a write that slipped in between makes it start again.
+    target is read back and must be a prefix of the source read after it; a write that
+    slipped in between makes it start again, after a pause that doubles (``_ATTEMPTS``
+    tries in all).
 
     Raises:
         ConfigError: the source has a checkpoint or records the target cannot keep.
         ConflictError: the target kept changing while it was written (run it again).
         ChatStorageError: from either store (what was written before stays written).
     """
-    for _ in range(_ATTEMPTS):
+    for attempt in range(_ATTEMPTS):
+        if attempt:  # a live writer: let its burst pass (jittered, so two copies part)
+            await anyio.sleep(_PAUSE * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
         tgt = await read_snapshot(target, key)
         src = await read_snapshot(source, key)
         done = await _sync_once(source, target, key, src, tgt, batch)
@@ -122,7 +131,7 @@ async def _sync_once(
     held = [m.id for m in tgt.messages]
     version = tgt.head.version if tgt.head is not None else None
     try:
-        if held != src_ids[: len(held)]:
+        if held != src_ids[: len(held)] or not _records_in_place(src, tgt):
             tgt = await _rewrite(target, key, src.messages, tgt, version)
             done.rewritten = True
             done.messages_copied = len(src.messages) if tgt.messages else 0
@@ -143,7 +152,14 @@ async def _sync_once(
     after = tgt
     if done.changed:  # read back: a write between ours would have broken the order
         after = await read_snapshot(target, key)
-        if [m.id for m in after.messages][: len(src_ids)] != src_ids:
+        ids = [m.id for m in after.messages]
+        # The source read after the target holds whatever a mirror wrote to the target
+        # (primary first): the target must be its prefix, or a mirrored write was lost.
+        latest = await read_snapshot(source, key)
+        if ids[: len(src_ids)] != src_ids or ids != [m.id for m in latest.messages][: len(ids)]:
+            return None
+        ours, places = src.record_places(), after.record_places()
+        if ours is not None and places is not None and places[: len(ours)] != ours:
             return None
     if src.checkpoint is not None and src.versions and target.travel is not None:
         done.checkpoint_copied = await save_versions(target, key, src, after) > 0
@@ -182,13 +198,14 @@ async def _rewrite(
     version: str | None,
 ) -> Snapshot:
     """Make the target's record ``messages`` if its version is still ``version`` (the
-    checkpoint goes; records stay where the target can replace); returns what the target
-    holds now (messages empty: copy them).
+    checkpoint goes); returns what the target holds now (messages empty: copy them). A
+    target holding records is emptied instead: ``replace`` keeps records at their old
+    places, which are not the source's once the messages differ.
 
     Raises:
         ConflictError: the target was written since ``version``.
     """
-    if target.replaceable is not None:
+    if target.replaceable is not None and not tgt.records:
         try:
             await target.replaceable.replace(key, messages, expected_version=version)
             return attrs.evolve(tgt, messages=tuple(messages), seqs=None, checkpoint=None)
@@ -196,6 +213,18 @@ async def _rewrite(
             pass  # a record save accepted but replace's history check refuses: copy it
     await target.storage.delete(key)
     return Snapshot((), None, None, None, ())
+
+
+def _records_in_place(src: Snapshot, tgt: Snapshot) -> bool:
+    """Whether the target's records are a prefix of the source's, each in the same place
+    among the messages (the missing ones can then be added after them). A mirror that
+    began after a conversation did holds the later records only, before the messages a
+    migration adds."""
+    ours, theirs = src.record_places(), tgt.record_places()
+    if ours is None or theirs is None:
+        held = [r.id for r in tgt.records]
+        return held == [r.id for r in src.records][: len(held)]
+    return theirs == ours[: len(theirs)]
 
 
 async def _write(

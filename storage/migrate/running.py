@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from storage.config.stack import components
-from storage.errors import ConfigError
+from storage.errors import ConfigError, ConflictError
 from storage.message import ChatKey
 from storage.migrate.copying import BATCH, KeyCopy, sync_key
 from storage.migrate.journal import Journal, Mark
@@ -49,6 +49,10 @@ class MigrationReport:
         rewritten: conversations whose target record was replaced (it had diverged).
         deleted: conversations deleted from the target (gone from the source, per a mark).
         marks_repaired: mirror marks repaired and cleared.
+        busy: conversations not copied because they were written all through the copy's
+            attempts (a live writer on the target: a mirror); each is marked for the
+            mirror named by ``journal``, whose next write to it copies it, and the next
+            ``migrate`` copies it again. Empty when the migration is complete.
         seconds: wall time of the run.
     """
 
@@ -63,6 +67,7 @@ class MigrationReport:
     rewritten: int = 0
     deleted: int = 0
     marks_repaired: int = 0
+    busy: list[ChatKey] = attrs.field(factory=list)
     seconds: float = 0.0
 
     def add(self, copy: KeyCopy) -> None:
@@ -78,8 +83,11 @@ class MigrationReport:
         self.rewritten += copy.rewritten
         self.deleted += copy.deleted
 
-    def as_dict(self) -> dict[str, int | float]:
-        return attrs.asdict(self)
+    def as_dict(self) -> dict[str, object]:
+        """The report as JSON-ready values (``busy``: ``[user_id, session_id, agent_id]``)."""
+        found: dict[str, object] = attrs.asdict(self, recurse=False)
+        found["busy"] = [[k.user_id, k.session_id, k.agent_id] for k in self.busy]
+        return found
 
 
 def check_sides(source: Side, target: Side) -> None:
@@ -125,6 +133,7 @@ async def migrate(
         ConfigError: the source cannot list its conversations, or the target cannot keep
             checkpoints or records the source has.
         ChatStorageError: from either store; what was copied stays copied (run it again).
+            A conversation a live writer kept changing does not raise: it is in ``busy``.
     """
     started = time.perf_counter()
     src, tgt = record_side(source), record_side(target)
@@ -147,7 +156,12 @@ async def migrate(
 
         async def copy(key: ChatKey) -> None:
             async with limiter:
-                done = await sync_key(src, tgt, key, batch=batch)
+                try:
+                    done = await sync_key(src, tgt, key, batch=batch)
+                except ConflictError:
+                    await _hand_over(source, journal, key)
+                    report.busy.append(key)
+                    return
             report.add(done)
             span.add("conversations", 1)
             span.add("messages", done.messages_copied)
@@ -160,7 +174,11 @@ async def migrate(
         async with anyio.create_task_group() as tg:
             for key in keys:
                 tg.start_soon(copy, key)
+    busy = set(report.busy)
+    report.busy.sort(key=key_order)
     for mark, version in marks:
+        if mark.key in busy:
+            continue  # not copied: the mark stays
         if await _journal(source, journal).clear(mark, version):
             report.marks_repaired += 1
     report.seconds = time.perf_counter() - started
@@ -172,6 +190,19 @@ def _journal(source: ChatStorage, name: str | None) -> Journal:
     parts = components(source)
     base = cast(ChatStorage, parts[-1] if parts else source)
     return Journal(base, name)
+
+
+async def _hand_over(source: ChatStorage, name: str | None, key: ChatKey) -> None:
+    """Mark ``key`` for the mirror ``name``: its worker copies the conversation on its next
+    write there, under its own lock for the key (so a write of its own cannot come between,
+    as one did between every attempt of the copy)."""
+    if name is None:
+        return
+    try:
+        journal = _journal(source, name)
+    except ConfigError:
+        return
+    await journal.add(Mark.of_key(key))
 
 
 async def _marks(source: ChatStorage, name: str | None) -> list[tuple[Mark, str]]:

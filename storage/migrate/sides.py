@@ -159,6 +159,20 @@ class Snapshot:
         seqs = self.seqs or ()
         return [(r.to_id, r.hidden, sum(1 for s in seqs if s < r.seq)) for r in self.rewinds]
 
+    def record_places(self) -> list[tuple[str, int]] | None:
+        """Each record's id with how many messages come before it (its place among the
+        messages, comparable across stores); ``None`` without sequence numbers."""
+        if self.seqs is None:
+            return None
+        seqs, places, before = self.seqs, [], 0
+        for record in sorted(self.records, key=lambda r: r.seq):
+            # A record shares no number with a message: one with the next message's number
+            # comes before that message (as the copy writes it).
+            while before < len(seqs) and seqs[before] < record.seq:
+                before += 1
+            places.append((record.id, before))
+        return places
+
     def seq_of(self, message_id: str) -> int | None:
         """The sequence number of the message ``message_id`` (``None``: not held)."""
         if self.seqs is None:
