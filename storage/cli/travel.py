@@ -3,7 +3,8 @@
 ``why --message ID`` prints the view a reply answered (:meth:`TimeTravelStorage.provenance`),
 each message marked ``summary``, ``verbatim`` or ``trimmed``, and how many raw messages the
 view left out (summarized, or before its window). Through a stack without a summarizing
-layer, the model was given the record itself: ``why`` prints the record before the reply.
+layer, the model was given the record itself: there is no view to explain, and ``why`` says
+so (exit 1) and points to ``show --as-of``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from storage.abilities import AsOf, TimeTravelStorage, ViewProvenance, view_kind
+from storage.abilities import AsOf, TimeTravelStorage, ViewProvenance
 from storage.cli.browse import require_ability
 from storage.cli.commands import conversation_key, render_message
 from storage.cli.conversation_file import DEFAULT_AGENT
@@ -116,6 +117,13 @@ async def _cmd_rewind(args: argparse.Namespace, out: Output, stack: Stack) -> in
 
 async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     travel = await _travel(stack, "why", "provenance")
+    if not _summarizing(stack):
+        # Such a stack serves the record itself: no view was made, nothing to explain.
+        raise ConfigError(
+            "why explains the view a summarizing layer made for a reply, and this stack has "
+            "none (summarize::...): the model was given the stored record itself, so there is "
+            "nothing to explain; read it with `chatlayers show --session S --as-of id:REPLY_ID`"
+        )
     key = await conversation_key(stack, *_key(args))
     timeline = await travel.fetch_timeline(key)
     reply_id = args.message
@@ -134,9 +142,6 @@ async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
         raise ConfigError(f"message {reply_id!r} is a {role} message, not a reply")
     found = await travel.provenance(key, reply_id)
     if found is None:
-        if not _summarizing(stack):
-            before = timeline.as_of(seq - 1)
-            return _before(args, out, key, reply_id, before)
         raise ConfigError(
             f"what the model was given for {reply_id!r} is not known: it was saved without a "
             "fetch through this stack's summarizing layer before it, or the view it answered "
@@ -198,35 +203,6 @@ def _view(args: argparse.Namespace, out: Output, key: ChatKey, found: ViewProven
         f"trimmed; {source}; raw record up to seq {found.raw_to}{limit}; "
         f"{plural(len(found.omitted), 'raw message')} left out (summarized or before the window)"
     )
-    return 0
-
-
-def _before(
-    args: argparse.Namespace,
-    out: Output,
-    key: ChatKey,
-    reply_id: str,
-    before: list[ChatMessage],
-) -> int:
-    note = (
-        "this stack has no summarizing layer: it serves the record itself, so the model was "
-        "given the record before the reply (its newest messages when the caller fetched with "
-        "a limit)"
-    )
-    if out.json_mode:
-        out.json(
-            {
-                **_key_json(key),
-                "reply": reply_id,
-                "note": note,
-                "messages": [_message_json(m, view_kind(m)) for m in before],
-            }
-        )
-        return 0
-    out.note(note)
-    labels = [f"{view_kind(m)} · {m.role}" for m in before]
-    title = f"record of {key} before reply {reply_id}: {plural(len(before), 'message')}"
-    print_messages(out, title, before, labels, args.brief)
     return 0
 
 

@@ -174,14 +174,14 @@ def test_why_last_after_a_rewind_explains_the_views_newest_reply(db: Path) -> No
     assert hidden["reply"] == LAST  # a rewound reply is still explained when named
 
 
-def test_why_without_a_summarizing_layer_prints_the_record_before_the_reply(db: Path) -> None:
+def test_why_without_a_summarizing_layer_says_there_is_nothing_to_explain(db: Path) -> None:
     url = f"sqlite:///{db}"
-    shown = run_json("why", "--url", url, "--session", "trip", "--message", "a1")
-    assert "no summarizing layer" in shown["note"]
-    assert [m["id"] for m in shown["messages"]][-2:-1] == ["t1"]
-    assert shown["messages"][-1]["role"] == "tool"
-    assert len(shown["messages"]) == 7
-    assert {m["kind"] for m in shown["messages"]} == {"verbatim"}
+    for which in (("--last",), ("--message", "a1")):
+        done = run("why", "--url", url, "--session", "trip", *which, check=1)
+        assert "this stack has none (summarize::...)" in done.stderr
+        assert "nothing to explain" in done.stderr
+        assert "show --session S --as-of id:REPLY_ID" in done.stderr
+        assert done.stdout == ""  # not the whole record
 
 
 class Terminal(io.StringIO):
