@@ -134,7 +134,7 @@ def test_a_conversation_written_all_through_the_copy_is_handed_to_the_mirror(
     worker(f"mirror?secondary={urllib.parse.quote(new, safe='')}::{old}", 3, 2)
     # A hot conversation: a mirror writes it (primary, then secondary) between every read
     # of the target and the copy's conditional write to it.
-    read = copying.read_snapshot
+    read = read_snapshot
     writes = 0
 
     async def read_then_a_mirror_writes(side: Any, key: ChatKey) -> Any:

@@ -415,17 +415,18 @@ class _Attempt:
     made: Made | None = None
     done: bool = False
     calls: int = 0  # the layer's summarizer calls before this attempt
+    work: Work = attrs.field(init=False)
 
-    @property
-    def work(self) -> Work:
-        """The source taken apart as a compaction reads it; each message's position
-        (1-based) stands for a store sequence, so a compaction's ``covers_to`` is how many of
-        ``items`` it replaced."""
+    def __attrs_post_init__(self) -> None:
+        # The source taken apart once, as a compaction reads it; each message's position
+        # (1-based) stands for a store sequence, so a compaction's ``covers_to`` is how many
+        # of ``items`` it replaced. (Work.build would give the carried copies the old
+        # checkpoint's covers_to, which memory mode has not: positions are its sequence.)
         source = self.source
         pinned = pinned_of(source)
         body = source[1:] if pinned is not None else source
         prior = leading_summaries(body)
         items = tuple(body[prior:])
-        return Work(
+        self.work = Work(
             pinned, tuple(body[:prior]), items, tuple(range(1, len(items) + 1)), self.carried, 0
         )
