@@ -1,6 +1,6 @@
 """The cut-over of docs/migration.md as an operator runs it: a worker process writes a
 conversation before the mirror and through it, then ``chatlayers migrate`` and ``chatlayers
-verify --views`` (console script, subprocesses) to SQLite and PostgreSQL; records in their
+verify --views`` (console script, subprocesses) to SQLite, PostgreSQL and Redis; records in their
 place among the messages; a conversation a live writer keeps changing is handed to the
 mirror (marked) instead of failing the run; errors are one line, and ``verify`` exits 2
 when it cannot compare."""
@@ -64,10 +64,13 @@ def mirrored(secondary: str, primary: str) -> str:
     return f"summarize::mirror?secondary={urllib.parse.quote(secondary, safe='')}::{primary}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/new.db"
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return f"{url}?prefix=cut{uuid.uuid4().hex[:8]}"
     dsn: str = request.getfixturevalue("postgres_dsn")
     return f"{dsn}?schema=cut_{uuid.uuid4().hex[:8]}"
 
