@@ -6,7 +6,8 @@ keyring and its master keys (``key_env``, newest first). ``init`` makes the keyr
 deployment (a keyring is never made implicitly, so a missing one is an error, not a new
 empty one); ``status`` says how many data keys each master key wraps, by fingerprint;
 ``rotate`` re-wraps every data key under the newest master key without rewriting a message,
-online and resumable, after which the old master key can be removed from the variable;
+online and resumable, once every worker holds the new key (it prints that rollout), after
+which the old master key can be removed from the variable;
 ``accept`` makes the keyring present the data store's when the right one is lost for good
 (after restoring an older backup). No key is ever printed except by ``new``.
 """
@@ -101,8 +102,14 @@ async def _rotate(layer: EncryptingChatStorage, out: Output) -> int:
     from storage.layers.encrypting import rotate_keys
 
     await layer.keyring_state()  # not a missing, older or another keyring
-    result = await rotate_keys(layer.keyring, layer.masters)
-    newest = layer.masters.newest.fingerprint
+    masters = layer.masters
+    newest, old = masters.newest.fingerprint, masters.fingerprints()[1:]
+    # The CLI cannot see the workers' keys: it says what each of them must hold.
+    out.note(
+        f"every worker must hold master key {newest} first ({masters.source} = NEW,OLD) "
+        "before this rotation: one holding only an old key cannot read a re-wrapped user"
+    )
+    result = await rotate_keys(layer.keyring, masters)
     if out.json_mode:
         out.json(
             {
@@ -110,13 +117,21 @@ async def _rotate(layer: EncryptingChatStorage, out: Output) -> int:
                 "already_current": result.current,
                 "skipped": result.skipped,
                 "newest": newest,
+                "old": old,
             }
         )
-    else:
+        return 0
+    out.text(
+        f"re-wrapped {plural(result.rewrapped, 'data key')} under master key "
+        f"{newest}; {result.current} already were"
+        + (f"; {result.skipped} changed meanwhile (run again)" if result.skipped else "")
+    )
+    if old:
         out.text(
-            f"re-wrapped {plural(result.rewrapped, 'data key')} under master key "
-            f"{newest}; {result.current} already were"
-            + (f"; {result.skipped} changed meanwhile (run again)" if result.skipped else "")
+            f"next: drop {', '.join(old)} from {masters.source} on every worker and restart "
+            "it; then `chatlayers keys status` shows every data key under "
+            f"{newest} (a worker that held only an old key meanwhile wrapped its new users' "
+            "keys under it: run rotate again before dropping that key)"
         )
     return 0
 

@@ -27,9 +27,9 @@ Modules, one concept each:
 - :mod:`.layer`: ``EncryptingChatStorage``.
 
 A keyring is made on request only (``chatlayers keys init``, ``create_keyring=True``).
-Rotation: give a new master key first (``key_env`` holds ``NEW,OLD``), run ``chatlayers
-keys rotate`` (re-wraps every data key under the newest master key in short batches, online
-and resumable; no message is rewritten), then drop the old key.
+Rotation: give every worker the new master key first (``key_env`` holds ``NEW,OLD``), then
+run ``chatlayers keys rotate`` (re-wraps every data key under the newest master key in short
+batches, online and resumable; no message is rewritten), then drop the old key everywhere.
 """
 
 from __future__ import annotations

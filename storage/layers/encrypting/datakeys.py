@@ -230,11 +230,18 @@ class DataKeys:
     def _unwrap(self, entry: WrappedKey) -> DataKey:
         master = self.masters.find(entry.master)
         if master is None:
+            # Met by a worker not given the new key before a rotation, more often than by
+            # one whose old key was dropped too soon: name both, the rotation first.
+            source = self.masters.source
             raise ConfigError(
                 f"encrypt: the data key of user {entry.user_id!r} is wrapped by master key "
-                f"{entry.master}, which {self.masters.source} does not hold (it holds "
-                f"{', '.join(self.masters.fingerprints())}); keep an old master key after the "
-                "new one until `chatlayers keys rotate` has re-wrapped every data key"
+                f"{entry.master}, which {source} of this process does not hold (it holds "
+                f"{', '.join(self.masters.fingerprints())}). If `chatlayers keys rotate` "
+                f"moved the keyring to {entry.master}, this worker was not given that new "
+                f"key: set {source} to NEW,OLD (the new key first, then the ones it holds) "
+                "and restart it; every worker needs NEW,OLD before a rotation. If "
+                f"{entry.master} is an old key instead, it was dropped too soon: put it back "
+                "after the newest until `chatlayers keys rotate` has re-wrapped every data key"
             )
         secret = master.unwrap(entry.user_id, entry.key_id, entry.wrapped)
         return DataKey(entry.user_id, entry.key_id, AESGCM(secret))
