@@ -210,10 +210,13 @@ class SessionListing(Protocol, metaclass=_AbilityMeta):
     ) -> SessionPage:
         """The user's sessions, newest activity first (``last_at`` desc, then ``session_id``).
 
-        Cursors are keysets: a page holds the sessions after the cursor's ``(last_at,
-        session_id)``. Sessions untouched while paging come exactly once; one that gained
-        messages meanwhile may move before the cursor (not listed again), and one that lost
-        messages keeps its place (``SessionInfo.last_at``).
+        Cursors are keysets of a walk: the first page lists by ``last_at`` and bounds the
+        walk at its newest session's; later pages keep the order of that moment, a session
+        saved to since (``last_at`` past the bound) standing where its messages up to the
+        bound put it. So a walk lists every session that exists for the whole walk exactly
+        once, while other tasks and processes save to them; one made during the walk may
+        or may not be listed, and one that lost messages keeps its place
+        (``SessionInfo.last_at``). Each page shows the sessions' current infos.
 
         Raises:
             InvalidArgumentError: ``limit`` < 1 or a cursor this store did not make (forged,

@@ -118,7 +118,7 @@ def check_page_limit(limit: object) -> int:
     return limit
 
 
-def check_cursor(cursor: object) -> tuple[int, str] | None:
+def check_cursor(cursor: object) -> tuple[int, str, int | None] | None:
     """A ``list_sessions`` cursor decoded (``None`` for the first page).
 
     Raises:

@@ -34,6 +34,7 @@ from typing import Final
 import attrs
 
 from storage.abilities import SessionInfo
+from storage.stores.base.sessions import walk_position
 from storage.stores.jsonl.fsutil import O_READ, listdir, write_atomic
 from storage.stores.jsonl.lines import parse_time, read_lines, scan
 from storage.stores.jsonl.locks import WouldBlock, flock
@@ -253,14 +254,18 @@ def _write(session_dir: str, summary: SessionSummary) -> None:
     write_atomic(os.path.join(session_dir, SUMMARY_NAME), text.encode("ascii"), sync=False)
 
 
-def user_sessions(root: str, user_id: str) -> list[SessionInfo]:
+def user_sessions(
+    root: str, user_id: str, bound: int | None = None
+) -> tuple[list[SessionInfo], dict[str, int]]:
     """Every session of ``user_id`` holding a message (any order), from the session
-    summaries, brought up to date and written back on the way.
+    summaries, brought up to date and written back on the way; and the walk positions of
+    the sessions whose last activity is past ``bound`` (:func:`walk_times`).
 
     Raises:
         OSError: a file exists but cannot be read.
     """
     out = []
+    positions: dict[str, int] = {}
     user_dir = os.path.join(root, encode_name(user_id))
     for name in listdir(user_dir):
         session_dir = os.path.join(user_dir, name)
@@ -284,4 +289,28 @@ def user_sessions(root: str, user_id: str) -> list[SessionInfo]:
             # The last activity: deleting a conversation of the session does not lower it.
             hi = max(hi, summary.active)
             out.append(SessionInfo(session_id, tuple(agents), count, from_us(lo), from_us(hi)))
-    return out
+            if bound is not None and hi > bound:
+                times = walk_times(session_dir, summary)
+                positions[session_id] = walk_position(times, bound, lo)
+    return out, positions
+
+
+def walk_times(session_dir: str, summary: SessionSummary) -> list[int]:
+    """Every message time of a session's data files and its recorded activity (µs): where a
+    session saved to during a listing walk stood when the walk began.
+
+    Raises:
+        OSError: a file exists but cannot be read.
+    """
+    times = [summary.active] if summary.active else []
+    for name in summary.files:
+        try:
+            fd = os.open(os.path.join(session_dir, name), O_READ)
+        except FileNotFoundError:
+            continue
+        try:
+            found = scan(read_lines(fd, 0, os.fstat(fd).st_size), parse_time)
+        finally:
+            os.close(fd)
+        times += [at for _, _, at in found.entries if isinstance(at, int)]
+    return times

@@ -412,10 +412,14 @@ class JsonlChatStorage(Maintenance, BaseStore):
         return await self._append(key, batch, check)
 
     async def _list_sessions(
-        self, user_id: str, limit: int, after: tuple[int, str] | None
+        self, user_id: str, limit: int, after: tuple[int, str] | None, bound: int | None
     ) -> SessionPage:
-        infos = await anyio.to_thread.run_sync(user_sessions, self.root, user_id)
-        return page_of(infos, limit, after)
+        if after is None and bound is None:
+            # The walk of the directories is no snapshot: a session saved to behind it
+            # must count as moved, so the walk is bounded by the clock before it starts.
+            bound = to_us(self._now())
+        infos, positions = await anyio.to_thread.run_sync(user_sessions, self.root, user_id, bound)
+        return page_of(infos, limit, after, bound, positions)
 
     async def _search(
         self, user_id: str, query: str, terms: list[str], limit: int

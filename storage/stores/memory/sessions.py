@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from storage.abilities import SessionInfo
+from storage.stores.base.sessions import walk_position
 from storage.stores.memory.conversation import Conversation
+from storage.stores.times import to_us
 
-__all__ = ["session_infos"]
+__all__ = ["session_infos", "walk_positions"]
 
 
 def session_infos(
@@ -40,3 +42,27 @@ def session_infos(
             )
         )
     return infos
+
+
+def walk_positions(
+    user_id: str,
+    sessions: dict[str, dict[str, Conversation]],
+    activity: dict[tuple[str, str], datetime],
+    moved: list[SessionInfo],
+    bound: int,
+) -> dict[str, int]:
+    """The walk positions of the ``moved`` sessions (``last_at`` past ``bound``): their
+    newest activity up to it (:func:`storage.stores.base.sessions.walk_position`)."""
+    out = {}
+    for info in moved:
+        times = [
+            to_us(m.created_at)
+            for conversation in sessions.get(info.session_id, {}).values()
+            for m in conversation.messages
+            if m.created_at is not None
+        ]
+        active = activity.get((user_id, info.session_id))
+        if active is not None:
+            times.append(to_us(active))
+        out[info.session_id] = walk_position(times, bound, to_us(info.first_at))
+    return out

@@ -37,8 +37,8 @@ from storage.stores.base import (
 from storage.stores.epochs import new_epoch
 from storage.stores.memory import retention
 from storage.stores.memory.conversation import Conversation, Users, drop_empty, find
-from storage.stores.memory.sessions import session_infos
-from storage.stores.times import Clock
+from storage.stores.memory.sessions import session_infos, walk_positions
+from storage.stores.times import Clock, to_us
 from storage.stores.urls import check_query
 
 __all__ = ["InMemoryChatStorage"]
@@ -283,10 +283,15 @@ class InMemoryChatStorage(BaseStore):
         return self._save(key, batch) if batch else []
 
     def _list_sessions(
-        self, user_id: str, limit: int, after: tuple[int, str] | None
+        self, user_id: str, limit: int, after: tuple[int, str] | None, bound: int | None
     ) -> SessionPage:
-        infos = session_infos(user_id, self._users.get(user_id, {}), self._activity)
-        return page_of(infos, limit, after)
+        sessions = self._users.get(user_id, {})
+        infos = session_infos(user_id, sessions, self._activity)
+        position = None
+        if bound is not None:
+            moved = [s for s in infos if to_us(s.last_at) > bound]
+            position = walk_positions(user_id, sessions, self._activity, moved, bound)
+        return page_of(infos, limit, after, bound, position)
 
     def _search(self, user_id: str, query: str, terms: list[str], limit: int) -> list[SearchHit]:
         items = [

@@ -32,6 +32,8 @@ class Statements:
     release_lease: str
     list_sessions: str
     list_sessions_after: str
+    list_sessions_moved: str
+    moved_times: str
     search: str
     save_record: str
     fetch_records: str
@@ -167,6 +169,15 @@ class Statements:
                 f"FROM {n['sessions']} WHERE user_id = $1 AND last_at <= $3 "
                 "AND (last_at < $3 OR session_id > $4) "
                 "ORDER BY last_at DESC, session_id LIMIT $2"
+            ),
+            # Sessions saved to since a listing walk's first page (past its bound).
+            list_sessions_moved=(
+                "SELECT session_id, agents, message_count, first_at, last_at "
+                f"FROM {n['sessions']} WHERE user_id = $1 AND last_at > $2"
+            ),
+            moved_times=(
+                f"SELECT session_id, max(created_at) FROM {t} WHERE user_id = $1 "
+                "AND session_id = ANY($2::text[]) AND created_at <= $3 GROUP BY session_id"
             ),
             # The tsquery written out twice (not joined in FROM), so it is an index condition.
             search=(

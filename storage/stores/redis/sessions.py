@@ -13,11 +13,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Final, cast
 
-from storage.abilities import SessionInfo, SessionPage, encode_session_cursor
+from storage.abilities import SessionInfo, SessionPage
+from storage.codec import decode
+from storage.errors import ChatStorageError
 from storage.message import ChatKey
+from storage.stores.base.sessions import walk_position, walk_rows
 from storage.stores.redis import scripts
 from storage.stores.redis.context import RedisContext
-from storage.stores.redis.layout import decode_part, from_us, known_part, part
+from storage.stores.redis.layout import decode_part, entries, entry, from_us, known_part, part
 from storage.stores.redis.writes import repair_head
 from storage.stores.times import to_us
 
@@ -92,8 +95,8 @@ async def page_sessions(
     limit: int,
     after: tuple[int, str] | None,
     unusable: Callable[[bytes], None] | None = None,
-) -> SessionPage:
-    """One page of sessions.
+) -> list[tuple[int, SessionInfo]]:
+    """The first ``limit + 1`` sessions after the cursor, each with its index time.
 
     Args:
         read_chunk: ``(max_score, offset, count)`` -> index rows ``(member, score)`` with
@@ -141,21 +144,23 @@ async def page_sessions(
             continue
         infos = await read_infos([row[2] for row in take])
         found += [(row, info) for row, info in zip(take, infos, strict=True) if info is not None]
-    next_cursor = None
-    if len(found) > limit:
-        # The index's time, not the info's: they differ only after a crash between a write
-        # and its index update, and the cursor must follow the order pages are read in.
-        row = found[limit - 1][0]
-        next_cursor = encode_session_cursor(from_us(row[3]), row[1])
-    return SessionPage(tuple(info for _, info in found[:limit]), next_cursor)
+    # The index's time, not the info's: they differ only after a crash between a write and
+    # its index update, and the cursor must follow the order pages are read in.
+    return [(row[3], info) for row, info in found]
 
 
 async def list_sessions(
-    ctx: RedisContext, user_id: str, limit: int, after: tuple[int, str] | None
+    ctx: RedisContext,
+    user_id: str,
+    limit: int,
+    after: tuple[int, str] | None,
+    bound: int | None,
 ) -> SessionPage:
     """A page of the user's sessions, read from the user's index and each listed session's
     heads: the cost grows with the page, not with the messages. A session whose messages lie
-    under a lost head has it rebuilt first."""
+    under a lost head has it rebuilt first. A walk's later pages also read the sessions saved
+    to since its first page (index time past the bound) and place each by its messages'
+    times up to the bound (:mod:`storage.stores.base.sessions`): only their lists are read."""
     x, _ = ctx.layout.index(user_id)
     user = part("user_id", user_id)
 
@@ -194,4 +199,44 @@ async def list_sessions(
     def unusable(raw: bytes) -> None:
         ctx.unusable("session index", f"user {user_id!r}", f"member {raw!r}")
 
-    return await page_sessions(read_chunk, read_infos, limit, after, unusable)
+    stable = await page_sessions(read_chunk, read_infos, limit, after, unusable)
+    moved = await _moved(ctx, user, x, bound, read_infos) if bound is not None else []
+    return walk_rows(stable, moved, limit, after, bound)
+
+
+async def _moved(
+    ctx: RedisContext, user: str, x: str, bound: int, read_infos: ReadInfos
+) -> list[tuple[int, SessionInfo]]:
+    """``(walk position, info)`` of the sessions saved to since the walk's first page."""
+    client = await ctx.redis.ready()
+    rows = cast(
+        list[tuple[bytes, float]],
+        await client.zrangebyscore(x, bound - _SLACK, "+inf", withscores=True),
+    )
+    members = [raw.decode("ascii") for raw, score in rows if int(score) > bound]
+    moved = []
+    for member, info in zip(members, await read_infos(members), strict=True):
+        if info is not None:
+            times = await _times(ctx, user, member)
+            moved.append((walk_position(times, bound, cursor_us(info.first_at)), info))
+    return moved
+
+
+async def _times(ctx: RedisContext, user: str, member: str) -> list[int]:
+    """Every message time of a session (µs): where a session saved to during a listing walk
+    stood when the walk began (its remembered activity is not in them: see the docs)."""
+    client = await ctx.redis.ready()
+    base = ctx.layout.base(user, member)
+    times: list[int] = []
+    agents = cast(set[bytes], await client.smembers(f"{base}a"))
+    for agent in agents:
+        name = f"{base}m:{agent.decode('ascii')}"
+        joined = await ctx.redis.eval(scripts.FETCH, [name], [0])
+        for raw in entries(joined):
+            try:
+                at = decode(entry(raw)[1]).created_at
+            except ChatStorageError:  # the raw record's own damage: its time unknown
+                continue
+            if at is not None:
+                times.append(cursor_us(at))
+    return times

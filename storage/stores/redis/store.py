@@ -279,9 +279,9 @@ class RedisChatStorage(BaseStore):
         return await writes.save(self._ctx, key, batch, expected_version)
 
     async def _list_sessions(
-        self, user_id: str, limit: int, after: tuple[int, str] | None
+        self, user_id: str, limit: int, after: tuple[int, str] | None, bound: int | None
     ) -> SessionPage:
-        return await sessions.list_sessions(self._ctx, user_id, limit, after)
+        return await sessions.list_sessions(self._ctx, user_id, limit, after, bound)
 
     async def _search(
         self, user_id: str, query: str, terms: list[str], limit: int

@@ -293,7 +293,7 @@ class SQLiteChatStorage(BaseStore):
             return append(conn, key, batch, self._derived_unusable)[0] if batch else []
 
     def _list_sessions(
-        self, user_id: str, limit: int, after: tuple[int, str] | None
+        self, user_id: str, limit: int, after: tuple[int, str] | None, bound: int | None
     ) -> SessionPage:
         """The session rows are checked against the per-key rows first (the user's rows of
         both: counts, totals, types); rows that disagree are rebuilt from the messages."""
@@ -302,7 +302,7 @@ class SQLiteChatStorage(BaseStore):
             conn.execute("BEGIN")  # the check, the sessions and their agents: one snapshot
             try:
                 if attempt or tallies.sessions_consistent(conn, user_id):
-                    return sessions.page(conn, user_id, limit, after)
+                    return sessions.page(conn, user_id, limit, after, bound)
             finally:
                 conn.execute("COMMIT")
             self._derived_unusable("session tally", f"user {user_id!r}", "disagrees with keys")
