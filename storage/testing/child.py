@@ -5,7 +5,9 @@ strings), ``prefix``, ``batches`` and ``batch_size``: opens ``url`` with ``open_
 saves ``batches`` batches of ``batch_size`` messages one batch at a time, and prints
 ``ack N`` (flushed) after batch ``N`` was acknowledged. Message ids are
 ``{prefix}-{N}-{i}``, texts ``{prefix}:{N}:{i}``. With ``rewind`` (a message id) instead, it
-rewinds the key to that message and prints ``rewound N`` (the messages hidden).
+rewinds the key to that message and prints ``rewound N`` (the messages hidden). With
+``touch`` (``{"user", "sessions", "agent", "rounds"}``) instead, it saves one message to each
+of those sessions in turn, ``rounds`` times, and prints ``round N`` after each full round.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ async def _write(spec: dict[str, Any]) -> None:
     from storage.config import open_storage
     from storage.message import ChatKey
 
+    if "touch" in spec:
+        await _touch(spec["url"], spec["touch"])
+        return
     key = ChatKey(*spec["key"])
     async with open_storage(spec["url"]) as store:
         if "rewind" in spec:
@@ -46,6 +51,20 @@ async def _write(spec: dict[str, Any]) -> None:
             )
             assert len(stored) == int(spec["batch_size"])
             sys.stdout.write(f"ack {n}\n")
+            sys.stdout.flush()
+
+
+async def _touch(url: str, touch: dict[str, Any]) -> None:
+    """Keep the sessions busy: another process's activity under a listing walk."""
+    from storage.config import open_storage
+    from storage.message import ChatKey, ChatMessage
+
+    async with open_storage(url) as store:
+        for n in range(int(touch["rounds"])):
+            for session in touch["sessions"]:
+                key = ChatKey(touch["user"], session, touch["agent"])
+                await store.save(key, ChatMessage("user", f"touch {n}"))
+            sys.stdout.write(f"round {n}\n")
             sys.stdout.flush()
 
 

@@ -326,7 +326,10 @@ class FaultTests:
             _encoded([1, ""]),
             _encoded([True, "s"]),
             _encoded([1.5, "s"]),
-            _encoded([1, "s", 3]),
+            _encoded([1, "s", 3, 4]),
+            _encoded([5, "s", 3]),  # a position past the walk's bound
+            _encoded([1, "s", 10**30]),
+            _encoded([1, "s", 2.5]),
             _encoded({"a": 1, "b": 2}),
             base64.urlsafe_b64encode(b"[" * 100_000).decode("ascii"),
             base64.urlsafe_b64encode(b"\xff\xfe").decode("ascii"),

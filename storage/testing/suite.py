@@ -20,6 +20,7 @@ from storage.testing.harness import (
     open_store,
 )
 from storage.testing.layer_tests import LayerPathTests
+from storage.testing.paging_tests import PagingTests
 from storage.testing.protocol_tests import ProtocolTests
 from storage.testing.reliability_tests import ReliabilityTests
 from storage.testing.replace_tests import ReplaceTests
@@ -34,6 +35,7 @@ class ConformanceSuite(
     ProtocolTests,
     AbilityTests,
     SessionAbilityTests,
+    PagingTests,
     ReplaceTests,
     DifferentialTests,
     FaultTests,
