@@ -11,7 +11,6 @@ own wording (``SOURCE: MESSAGE``); several are listed one a line under
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Final
@@ -20,6 +19,7 @@ import attrs
 
 from storage.errors import ConfigError
 from storage.redact import redact_text, scrubbed_error
+from storage.stores.options import option_hint
 
 __all__ = ["Problem", "config_error", "did_you_mean", "labelled"]
 
@@ -97,8 +97,7 @@ def labelled(label: str, error: BaseException) -> str:
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``."""
-    close = difflib.get_close_matches(name, sorted(choices), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""`` (also an
+    option that does the job another store's option of that name does: ``ttl``,
+    ``retention``; see :func:`storage.stores.options.option_hint`)."""
+    return option_hint(name, choices)

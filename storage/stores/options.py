@@ -10,13 +10,18 @@ URL, dict or TOML file and reports every bad value of a configuration at once, a
 What a URL names itself (its scheme, path, host, query spelling) is config, not an option
 value: a store's ``from_url`` (or a server store's constructor reading its URL) raises
 ``ConfigError`` for those.
+
+:func:`option_hint` is the "did you mean" of an unknown option name, shared by config and the
+stores' URLs: the nearest spellings, and the option that does the same job in this store when
+the name is another store's (``ttl`` on SQLite, ``retention`` on Redis).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
-from typing import Annotated, Any, TypeAlias, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Final, TypeAlias, TypeVar
 
 from storage.checked import Check
 from storage.errors import InvalidArgumentError
@@ -33,9 +38,36 @@ __all__ = [
     "check_positive_seconds",
     "check_seconds",
     "checked",
+    "option_hint",
 ]
 
 T = TypeVar("T")
+
+#: Names people give a store's expiry, and what each store's own expiry option means.
+_EXPIRY_WORDS: Final = frozenset(
+    {"retention", "ttl", "expire", "expiry", "expiration", "expire_after", "max_age"}
+)
+_EXPIRY: Final = {
+    "retention": "this store deletes messages older than it, on writes and `chatlayers purge`",
+    "ttl": "this store's server expires a session's keys that long after its last write",
+}
+
+
+def option_hint(name: str, choices: Iterable[str], *, n: int = 3) -> str:
+    """``" (did you mean 'x'?)"`` for the options of ``choices`` nearest ``name``, or ``""``.
+
+    Besides spellings, an expiry given under another store's name (``ttl``, ``retention``,
+    ``expiry``...) points to this store's own, with what it means, since the two differ.
+    """
+    known = sorted(choices)
+    close = difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+    if close:
+        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    if name.lower() in _EXPIRY_WORDS:
+        for option, meaning in _EXPIRY.items():
+            if option in known and option != name:
+                return f" (did you mean {option!r}? {meaning})"
+    return ""
 
 
 def check_seconds(value: object) -> float:

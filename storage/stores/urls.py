@@ -13,13 +13,13 @@ of passwords is :mod:`storage.redact`'s job.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Collection, Iterable
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from storage.errors import ConfigError
 from storage.redact import redact_url
+from storage.stores.options import option_hint
 
 __all__ = ["check_query", "drop_query", "path_from_url", "pop_query", "query_names"]
 
@@ -44,8 +44,7 @@ def check_query(url: str, scheme: str, known: Iterable[str]) -> None:
     allowed = set(known)
     for name in query_names(url):
         if name not in allowed:
-            close = difflib.get_close_matches(name, sorted(allowed), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = option_hint(name, allowed, n=1)
             raise ConfigError(
                 f"store {scheme!r}: the URL {redact_url(url)!r} has an unknown option "
                 f"{name!r}{hint}"

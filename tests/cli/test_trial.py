@@ -73,3 +73,20 @@ async def test_delete_of_a_user_with_nothing_stored_says_so(tmp_path: Path) -> N
     assert (
         "deleted user 'ada' (1 conversation)" in run("delete", "--url", url, "--user", "ada").stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("store", "given", "meant"),
+    [
+        ("sqlite:///{}/chats.db?ttl=30d", "ttl", "retention"),
+        ("jsonl://{}/chats?expiry=30d", "expiry", "retention"),
+        ("redis://127.0.0.1:1/0?retention=30d", "retention", "ttl"),
+        ("sqlite:///{}/chats.db?retenton=30d", "retenton", "retention"),
+    ],
+)
+def test_an_expiry_under_another_stores_name_points_to_this_ones(
+    tmp_path: Path, store: str, given: str, meant: str
+) -> None:
+    done = run("stats", "--url", store.format(tmp_path), check=1)
+    assert f"option {given!r} (did you mean {meant!r}?" in done.stderr
+    assert "Error 111" not in done.stderr  # refused before any connection
