@@ -210,8 +210,7 @@ command(
 )(_cmd_migrate)
 command(
     "verify",
-    help="compare two stores key by key; exit 1 naming the first difference (2: could not "
-    "compare)",
+    help="compare two stores key by key; exit 1 naming the first difference (2: could not compare)",
     arguments=_verify_arguments,
     needs_stack=False,
     failure_status=2,
