@@ -117,6 +117,7 @@ async def _cmd_rewind(args: argparse.Namespace, out: Output, stack: Stack) -> in
 
 async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
     travel = await _travel(stack, "why", "provenance")
+    key = await conversation_key(stack, *_key(args))  # a missing store is said first
     if not _summarizing(stack):
         # Such a stack serves the record itself: no view was made, nothing to explain.
         raise ConfigError(
@@ -124,7 +125,6 @@ async def _cmd_why(args: argparse.Namespace, out: Output, stack: Stack) -> int:
             "none (summarize::...): the model was given the stored record itself, so there is "
             "nothing to explain; read it with `chatlayers show --session S --as-of id:REPLY_ID`"
         )
-    key = await conversation_key(stack, *_key(args))
     timeline = await travel.fetch_timeline(key)
     reply_id = args.message
     if reply_id is None:  # the view's newest reply: one a rewind hid is not
