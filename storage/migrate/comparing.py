@@ -211,21 +211,36 @@ async def _compare_provenance(
     theirs = find_ability(target, TimeTravelStorage)
     if ours is None or theirs is None:
         return None
-    for record in src.records:
-        if record.kind != PROVENANCE or not isinstance(record.data.get("reply"), str):
-            continue
-        reply = record.data["reply"]
-        a, b = await ours.provenance(key, reply), await theirs.provenance(key, reply)
-        if (a is None) != (b is None):
-            where = "source" if b is None else "target"
-            return f"the view reply {reply!r} answered is known only in the {where}"
-        if a is not None and b is not None:
-            what = compare_messages(
-                a.messages, b.messages, f"message of the view {reply!r} answered"
-            )
-            if what is not None:
-                return what
+    with _reading_once(source, target):
+        for record in src.records:
+            if record.kind != PROVENANCE or not isinstance(record.data.get("reply"), str):
+                continue
+            reply = record.data["reply"]
+            a, b = await ours.provenance(key, reply), await theirs.provenance(key, reply)
+            if (a is None) != (b is None):
+                where = "source" if b is None else "target"
+                return f"the view reply {reply!r} answered is known only in the {where}"
+            if a is not None and b is not None:
+                what = compare_messages(
+                    a.messages, b.messages, f"message of the view {reply!r} answered"
+                )
+                if what is not None:
+                    return what
     return None
+
+
+def _reading_once(*stacks: object) -> contextlib.ExitStack:
+    """Every summarizing layer of ``stacks`` rebuilds the key's replies from one read of the
+    key (``reading_provenance``) until the block ends: read once per reply, the key's
+    records and timeline made verifying a conversation quadratic in its length."""
+    from storage.layers.summarizing import SummarizingChatStorage
+
+    exits = contextlib.ExitStack()
+    for stack in stacks:
+        for component in components(stack):
+            if isinstance(component, SummarizingChatStorage):
+                exits.enter_context(component.reading_provenance())
+    return exits
 
 
 async def _compare_key(

@@ -6,6 +6,7 @@ the record as it stood is read below; provenance is rebuilt by the views
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 from storage.abilities import TimeTravelStorage, ViewProvenance, forward
@@ -101,6 +102,13 @@ class RecordEdits:
             InvalidArgumentError: ``message_id`` is not a non-empty str.
         """
         return await self._views.provenance(key, message_id)
+
+    def reading_provenance(self) -> AbstractContextManager[None]:
+        """A block in which :meth:`provenance` reads a key once for all its replies (its
+        records, its timeline, each checkpoint version; dropped when the block ends), not
+        once per reply: for a caller that rebuilds many replies and writes nothing meanwhile
+        (``verify --views``)."""
+        return self._views.recorder.reading()
 
     @property
     def _timetravel(self) -> TimeTravelStorage:

@@ -46,6 +46,7 @@ class Views(Protocol):
         counts: the counters.
         summarizer: the summarizer (settable: the next call uses the new one).
         summarizer_name: how checkpoints and ``describe()`` name it.
+        recorder: what each fetch served, linked to the next reply (:mod:`.provenance`).
     """
 
     summaries: Summaries
@@ -53,6 +54,7 @@ class Views(Protocol):
     counts: Counters
     summarizer: ChatSummarizer
     summarizer_name: str
+    recorder: Recorder
 
     async def fetch(self, key: ChatKey, limit: int | None) -> list[ChatMessage]:
         """The key's view (loaded when cold; a due summary made or scheduled first)."""
