@@ -5,7 +5,6 @@ summarizing layer."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,9 @@ import pytest
 from storage import open_storage
 from storage.abilities import CheckpointStorage, find_ability
 from storage.message import ChatKey, ChatMessage
-from tests.cli.test_migrate import chatlayers, env
+from tests.cli.test_migrate import run
 
 KEY = ChatKey("ada", "trip", "assistant")
-
-
-def run(*argv: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [*chatlayers(), *argv], env=env(), capture_output=True, text=True, timeout=300, check=False
-    )
-    if check is not None:
-        assert done.returncode == check, done.stdout + done.stderr
-    return done
 
 
 async def _save_turns(url: str, turns: int) -> None:
