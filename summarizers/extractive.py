@@ -26,8 +26,9 @@ is made again later) adds nothing but, for an action, its done line.
 
 Over ``max_chars``, options and then ledger entries are shortened to their facts (least
 recently used first); then whole lines go, the least worth per character first (what the
-line's section is worth and the facts it alone states, see :meth:`Notes.bound`), the user's
-opening request last: it is what the conversation is for. The summary's metadata records
+line's section is worth and the facts it alone states, twice that for a record a request,
+the open question or the kept turns name, see :meth:`Notes.bound`), the user's opening
+request last: it is what the conversation is for. The summary's metadata records
 the ids of the messages it covers and, for each fact it states, the id of the message it came
 from (``metadata["chatlayers"]["sources"]``; never in the text).
 """
@@ -66,6 +67,7 @@ from summarizers.sentences import (
     restates,
     sentences,
     user_line,
+    without_identifications,
 )
 
 __all__ = [
@@ -419,12 +421,13 @@ def _thought(call: ToolCall, limit: int) -> str:
 def _drop_identifications(notes: Notes) -> None:
     """Leave out request lines that only identify the user or a record the ledger holds:
     the ledger entry says it, with what it refers to (a line without facts, the user
-    lacking an identifier, once the ledger holds anything looked up)."""
+    lacking an identifier, once the ledger holds anything looked up); and such sentences
+    of the other request lines."""
     if not notes.requests or not notes.ledger:
         return
     known = set(fact_keys(" ".join(entry.line for entry in notes.ledger)))
     notes.requests = [
-        line
+        without_identifications(line, known)
         for line in notes.requests
         if not (identifies_only(line) and set(fact_keys(line)) <= known)
     ]

@@ -36,13 +36,12 @@ from typing import Any, Final
 
 import attrs
 
-from summarizers.facts import fact_keys, has_fact
+from summarizers.facts import fact_keys
 from summarizers.quoting import quote
 
 __all__ = [
     "Entry",
     "compact_value",
-    "facts_only",
     "identity_of",
     "is_money_key",
     "json_entries",
@@ -50,6 +49,8 @@ __all__ = [
     "merge",
     "merge_text",
     "parse_json",
+    "split_parts",
+    "NAMED_PART",
 ]
 
 _ID_KEY: Final = re.compile(r"^(?:(?P<label>.+?)_)?(?:id|number|no|code|sku)$", re.IGNORECASE)
@@ -259,9 +260,13 @@ def _object(record: Mapping[str, Any], owner: str, skip: frozenset[str]) -> tupl
         inner = owner if is_money_key(owner) and not is_money_key(key) else key
         inner_skip: frozenset[str] = frozenset()
         if isinstance(value, Mapping):
-            # {"credit_card_9879898": {"id": "credit_card_9879898", ...}}: the id once.
+            # {"credit_card_9879898": {"id": "credit_card_9879898", "source": "credit_card",
+            # ...}}: the id once, and not the kind its key names.
             inner_skip = frozenset(
-                k for k, v in value.items() if v == key and label_of(str(k)) is not None
+                k
+                for k, v in value.items()
+                if (v == key and label_of(str(k)) is not None)
+                or (isinstance(v, str) and v and key.startswith(f"{v}_"))
             )
         rendered = compact_value(value, inner, skip=inner_skip)
         if not rendered:
@@ -295,59 +300,11 @@ def _short_scalars(*values: Any) -> bool:
     )
 
 
-def facts_only(text: str, elsewhere: str = "") -> str:
-    """The short form of an entry's text: the parts that hold a fact (an id, an amount, a
-    date) or an ``A→B`` pair, at any depth, and the short plain values at the top
-    (``status=cancelled``); quoted text without a fact goes, a list of timestamps keeps its
-    newest, and a top-level value that ``elsewhere`` (the newer entries) also holds goes (an
-    owner's id or address repeated in every order). The text itself when nothing would be
-    left, or when it states no fact at all."""
-    if not has_fact(text):
-        return text
-    kept = []
-    for part in _split(text, ", "):
-        short = _short_part(part, top=True)
-        value = short.partition("=")[2] or short
-        if short and not (elsewhere and len(value) >= _REPEATED and value in elsewhere):
-            kept.append(short)
-    return ", ".join(kept) if kept else text
+NAMED_PART: Final = re.compile(r"^([\w .-]{1,40})=(.*)$", re.DOTALL)
+"""A named part of an entry's text: ``name=value``."""
 
 
-_NAMED: Final = re.compile(r"^([\w .-]{1,40})=(.*)$", re.DOTALL)
-_SHORT_PLAIN: Final = 24
-_REPEATED: Final = 8  # characters a value needs before it counts as repeated
-_STAMP: Final = re.compile(r"^\(?(?:[\w.-]+=)?\d{4}-\d{2}-\d{2}[T ][\d:]+\)?$")
-
-
-def _short_part(part: str, *, top: bool = False) -> str:
-    match = _NAMED.match(part)
-    name, value = (match.group(1), match.group(2)) if match else (None, part)
-    short = _short_value(value)
-    plain = len(value) <= _SHORT_PLAIN and value[:1] not in '"(['
-    # Kept when short: a plain value at the top (status=cancelled), an unnamed one inside
-    # (a passenger's name: what the record refers to).
-    if not short and plain and (name is None or top):
-        short = value
-    if not short:
-        return ""
-    return f"{name}={short}" if name else short
-
-
-def _short_value(value: str) -> str:
-    if value.startswith("[") and value.endswith("]"):
-        items = [i for i in (_short_value(i) for i in _split(value[1:-1], "; ")) if i]
-        if len(items) > 1 and all(_STAMP.match(i) for i in items):
-            items = items[-1:]  # a history of timestamps: its newest
-        return "[" + "; ".join(items) + "]" if items else ""
-    if value.startswith("(") and value.endswith(")"):
-        parts = [p for p in (_short_part(p) for p in _split(value[1:-1], ", ")) if p]
-        if not parts:
-            return ""
-        return parts[0] if len(parts) == 1 and "=" not in parts[0] else f"({', '.join(parts)})"
-    return value if has_fact(value) or "→" in value else ""
-
-
-def _split(text: str, separator: str) -> list[str]:
+def split_parts(text: str, separator: str) -> list[str]:
     """``text`` split at ``separator`` outside brackets and quotes."""
     parts: list[str] = []
     depth = start = 0
@@ -374,15 +331,15 @@ def merge_text(old: str, new: str) -> str:
         return new
     named_new: dict[str, str] = {}
     plain_new: list[str] = []
-    for part in _split(new, ", "):
-        match = _NAMED.match(part)
+    for part in split_parts(new, ", "):
+        match = NAMED_PART.match(part)
         if match:
             named_new[match.group(1)] = part
         else:
             plain_new.append(part)
     out: list[str] = []
-    for part in _split(old, ", "):
-        match = _NAMED.match(part)
+    for part in split_parts(old, ", "):
+        match = NAMED_PART.match(part)
         out.append(named_new.pop(match.group(1)) if match and match.group(1) in named_new else part)
     out.extend(p for p in plain_new if p not in out)
     out.extend(named_new.values())

@@ -25,6 +25,7 @@ summarizer, a manual summary) is kept, line by line, under ``Earlier notes:``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Final
@@ -32,7 +33,8 @@ from typing import Final
 import attrs
 
 from summarizers.facts import fact_key, fact_keys, fact_spans
-from summarizers.ledger import Entry, facts_only, merge
+from summarizers.ledger import Entry, merge
+from summarizers.short_form import facts_only
 
 __all__ = ["SECTIONS", "Notes"]
 
@@ -57,8 +59,9 @@ _OMITTED: Final = "- … (older lines omitted)"
 # section is worth on its own (a request, an action, an open question matter without facts),
 # plus the facts it alone states (each fact shared by k lines counts 1/k) times what a fact
 # is worth in its section (an option's facts were only seen, not used), weighted by recency
-# within its section (the newest line counts 1.5 times the oldest). The user's first request
-# is what the conversation is for: it goes only when nothing else is left to drop.
+# within its section (the newest line counts 1.5 times the oldest), and twice for a record the
+# conversation is about (``_IN_USE``). The user's first request is what the conversation is
+# for: it goes only when nothing else is left to drop.
 _WORTH: Final = {
     "open": (3.0, 1.0),
     "requests": (1.0, 1.0),
@@ -69,6 +72,12 @@ _WORTH: Final = {
     "options": (0.0, 0.25),
 }
 
+# An entry the conversation is about (see ``Notes._in_use``) is worth this many times more:
+# a record the user asked about outlasts the ones read on the way.
+_IN_USE: Final = 2.0
+_GOALS: Final = frozenset({"requests", "open"})
+_WORD: Final = re.compile(r"[\w-]+")
+
 
 def _dates(text: str) -> set[str]:
     return {fact_key(kind, text[a:b]) for kind, a, b in fact_spans(text) if kind == "date"}
@@ -76,7 +85,8 @@ def _dates(text: str) -> set[str]:
 
 @attrs.define
 class Notes:
-    """The sections of one summary (see the module docstring)."""
+    """The sections of one summary (see the module docstring); ``focused`` is the text of
+    the turns kept verbatim after it (:meth:`focus`), never written."""
 
     notes: list[str] = attrs.field(factory=list)
     requests: list[str] = attrs.field(factory=list)
@@ -86,6 +96,7 @@ class Notes:
     options: list[Entry] = attrs.field(factory=list)
     open: list[str] = attrs.field(factory=list)
     omitted: bool = False
+    focused: str = ""
 
     @classmethod
     def parse(cls, body: str) -> Notes:
@@ -153,6 +164,7 @@ class Notes:
         summary) is cut last: the entries it names by identity or by a date they hold move
         to the end, options it names to the ledger."""
         self.touch(text, choose=True)
+        self.focused = text
         dates = _dates(text)
         if not dates:
             return
@@ -183,19 +195,23 @@ class Notes:
 
     def bound(self, max_chars: int) -> str:
         """The body text within ``max_chars``. Over it, ledger and option entries are first
-        shortened to their facts (:func:`summarizers.ledger.facts_only`: nothing factual is
+        shortened to their facts (:func:`summarizers.short_form.facts_only`: nothing factual is
         lost), least recently used first, options before the ledger; then whole lines go,
         the least worth per character first (see ``_WORTH``), the user's opening request
         only when no other line is left; the text itself is cut as a last resort."""
         body = self.render()
         size = len(body)
+        records = {e.ident: e.text for e in self.ledger if e.ident is not None}
         for name in ("options", "ledger"):
             entries: list[Entry] = getattr(self, name)
             for index, entry in enumerate(entries):
                 if size <= max_chars:
                     return self.render()
                 newer = " ".join(e.line for e in entries[index + 1 :])
-                short = facts_only(entry.text, newer)
+                others = {k: v for k, v in records.items() if k != entry.ident}
+                short = facts_only(entry.text, newer, others)
+                if name == "ledger" and entry.ident is not None:
+                    records[entry.ident] = short
                 size -= len(entry.text) - len(short)
                 entries[index] = attrs.evolve(entry, text=short)
         body = self.render()
@@ -205,6 +221,19 @@ class Notes:
         if len(body) > max_chars:
             body = body[: max_chars - 1].rstrip() + "…"
         return body
+
+    def _in_use(self, lines: Sequence[tuple[str, int, str]]) -> set[int]:
+        """Positions in ``lines`` of the ledger and option entries the conversation is about:
+        named (as a whole word) by a request, the open question or the turns kept verbatim."""
+        named = " ".join([self.focused, *(line for name, _, line in lines if name in _GOALS)])
+        words = set(_WORD.findall(named))
+        out = set()
+        for position, (name, index, _) in enumerate(lines):
+            if name in ("ledger", "options"):
+                ident = getattr(self, name)[index].ident
+                if ident is not None and ident in words:
+                    out.add(position)
+        return out
 
     def _drop(self, excess: int) -> None:
         """Drop lines, the least worth per character first (each fact's share recounted
@@ -221,6 +250,7 @@ class Notes:
             excess += len(_OMITTED) + 1
             self.omitted = True
         opening = next((p for p, line in enumerate(lines) if line[0] == "requests"), None)
+        in_use = self._in_use(lines)
         while excess > 0 and len(alive) > 1:
             best: tuple[float, int] | None = None
             for position in alive:
@@ -230,6 +260,7 @@ class Notes:
                 alone, per_fact = _WORTH[name]
                 worth = alone + per_fact * sum(1 / shared[f] for f in facts[position])
                 worth *= 1 + 0.5 * (index + 1) / sizes[name]
+                worth *= _IN_USE if position in in_use else 1.0
                 score = worth / (len(line) + 1)
                 if best is None or score < best[0]:
                     best = (score, position)

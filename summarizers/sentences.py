@@ -19,6 +19,7 @@ Text is only ever quoted (:mod:`summarizers.quoting`): what users and tools said
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Final
 
@@ -36,6 +37,7 @@ __all__ = [
     "restates",
     "sentences",
     "user_line",
+    "without_identifications",
 ]
 
 _GREETING: Final = re.compile(
@@ -97,6 +99,10 @@ _IDENTIFYING_WORDS: Final = frozenset(
         "am",
         "this",
         "that",
+        "can",
+        "provide",
+        "you",
+        "go",
     ]
 )
 # Words that say nothing of what a request is about (with the vague ones): see restates().
@@ -317,6 +323,24 @@ def identifies_only(line: str) -> bool:
     facts, has only words like my, user, id, is; or says the user lacks an identifier."""
     found = sentences(line.strip('"'))
     return bool(found) and all(_identifies(sentence) for sentence in found)
+
+
+def without_identifications(line: str, known: set[str]) -> str:
+    """A quoted request line without its sentences that only identify the user or a record
+    (:func:`identifies_only`) by facts in ``known`` (the ledger's fact keys): "My user ID is
+    mia_li_3668. I want to cancel XEHM4B." keeps the request. ``line`` itself when no such
+    sentence is there, or nothing else is left (or it is not one quoted string)."""
+    try:
+        text = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(text, str):
+        return line
+    found = sentences(text)
+    kept = [s for s in found if not (_identifies(s) and set(fact_keys(s)) <= known)]
+    if not kept or len(kept) == len(found):
+        return line
+    return quote(" ".join(kept))
 
 
 def _identifies(sentence: str) -> bool:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from summarizers.ledger import (
     Entry,
     compact_value,
-    facts_only,
     json_entries,
     merge,
     merge_text,
     parse_json,
 )
+from summarizers.short_form import facts_only
 
 RESERVATION = {
     "reservation_id": "H9ZU1C",
@@ -113,15 +113,51 @@ def test_facts_only_keeps_every_fact_and_drops_the_rest() -> None:
         "events=[(at=2024-03-06T12:15:00, status=label); (at=2024-03-08T13:23:00, status=out)], "
         "customer_id=cus_487647"
     )
-    assert facts_only(text) == (
-        "status=delivered, items=[(SKU-4711, $79)], events=[(at=2024-03-08T13:23:00)], "
-        "customer_id=cus_487647"
-    )  # a history of timestamps keeps its newest
-    # A value a newer entry holds (the owner's id in every order) goes.
-    assert facts_only(text, "customer cus_487647: ...").endswith(
-        "events=[(at=2024-03-08T13:23:00)]"
+    # A history left with only its moments says when, not what happened: it goes.
+    assert facts_only(text) == ("status=delivered, items=[(SKU-4711, $79)], customer_id=cus_487647")
+    # A value a newer entry holds (the owner's id in every order) goes ...
+    assert facts_only(text, "customer cus_487647: ...") == (
+        "status=delivered, items=[(SKU-4711, $79)]"
     )
+    # ... as a whole value only: "delivered" is not in "delivered_on=2024-03-02".
+    assert facts_only(text, "order ORD-1: delivered_on=2024-03-02").startswith("status=delivered, ")
     assert facts_only("no facts here") == "no facts here"
+
+
+def test_facts_only_leaves_to_a_nested_records_own_entry_what_it_states() -> None:
+    text = (
+        "name=Mia Li, orders=[(ORD-11404, placed_on=2024-03-13, total=$329.49); "
+        "(ORD-50184, placed_on=2024-03-11, total=$71.89)]"
+    )
+    records = {"ORD-11404": "status=shipped, total=$329.49, eta=2024-03-17"}
+    assert facts_only(text, records=records) == (
+        "name=Mia Li, orders=[(ORD-11404, placed_on=2024-03-13); "
+        "(ORD-50184, placed_on=2024-03-11, total=$71.89)]"
+    )  # what the order's own entry lacks (placed_on) stays with the customer
+
+
+def test_a_nested_record_keyed_by_its_id_does_not_repeat_its_kind() -> None:
+    profile = {
+        "user_id": "sophia_silva_7557",
+        "payment_methods": {
+            "certificate_8045380": {
+                "source": "certificate",
+                "amount": 500,
+                "id": "certificate_8045380",
+            },
+            "credit_card_4196779": {
+                "source": "credit_card",
+                "brand": "visa",
+                "last_four": "7238",
+                "id": "credit_card_4196779",
+            },
+        },
+    }
+    (entry,) = json_entries(profile, "get_user_details", "m1") or []
+    assert entry.text == (
+        "payment_methods=(certificate_8045380=$500, "
+        "credit_card_4196779=(brand=visa, last_four=7238))"
+    )
 
 
 def test_parse_json_only_for_objects_and_arrays() -> None:

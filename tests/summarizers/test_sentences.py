@@ -16,6 +16,7 @@ from summarizers.sentences import (
     is_reply_only,
     restates,
     user_line,
+    without_identifications,
 )
 from tests.summarizers.test_extractive import call
 from tests.summarizers.test_render import assistant, history, text_turn, tool, user
@@ -62,6 +63,20 @@ def test_identification_lines() -> None:
     assert identifies_only('"I\u2019ll provide the reservation ID shortly."')
     assert not identifies_only('"I don\'t have the reservation ID. Please cancel my flight."')
     assert not identifies_only('"Hello!"')
+    assert identifies_only('"I can provide my user ID, it\'s daiki_lee_6144."')
+    assert not identifies_only('"Can you cancel reservation H9ZU1C?"')
+
+
+def test_identifying_sentences_the_ledger_holds_leave_a_request_line() -> None:
+    known = {"daiki_muller_1116"}
+    line = '"My user ID is daiki_muller_1116. I won\'t make the flights, so please cancel them."'
+    assert without_identifications(line, known) == (
+        '"I won\'t make the flights, so please cancel them."'
+    )
+    assert without_identifications(line, set()) == line  # the ledger does not hold it
+    only = '"My user ID is daiki_muller_1116."'
+    assert without_identifications(only, known) == only  # nothing else: the line decides
+    assert without_identifications("(no content)", known) == "(no content)"
 
 
 def test_user_line_leaves_out_vague_sentences_not_requests() -> None:
@@ -185,6 +200,22 @@ async def test_through_a_summary_identification_goes_once_the_ledger_holds_it() 
     # The fact keeps its source: the user said it first.
     sources = result[0].metadata["chatlayers"]["sources"]["facts"]
     assert sources["mia_li_3668"] == turn[2].id
+
+
+@pytest.mark.anyio
+async def test_through_a_summary_a_request_keeps_its_goal_without_the_identification() -> None:
+    read = call("get_user_details", 1, user_id="mia_li_3668")
+    profile = {"user_id": "mia_li_3668", "name": "Mia Li"}
+    turn: list[ChatMessage] = [
+        user("My user ID is mia_li_3668. I'd like to cancel reservation H9ZU1C."),
+        assistant(None, read),
+        tool(read, json.dumps(profile)),
+        assistant("Done."),
+    ]
+    result = await ExtractiveSummarizer()(history(turn, text_turn("B")), 1)
+    body = parse_summary(result[0])[1]
+    assert '- "I\'d like to cancel reservation H9ZU1C."' in body.splitlines()
+    assert "- user mia_li_3668: name=Mia Li" in body
 
 
 @pytest.mark.anyio
