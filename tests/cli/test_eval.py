@@ -60,10 +60,10 @@ def test_shipped_tau_bench_runs_keep_their_facts(
     for report in json.loads(out):
         figures = report["total"]
         check_consistent(figures, 50)
-        # The default summarizer keeps what the next message needs, far more than truncation
+        # The default summarizer keeps what the next message needs, 0.15 more than truncation
         # to the same characters keeps (the table in docs/summarizing.md has the figures).
         assert figures["retention"] >= 0.95, report["stack"]
-        assert figures["retention"] >= figures["truncation_retention"] + 0.1, report["stack"]
+        assert figures["retention"] >= figures["truncation_retention"] + 0.15, report["stack"]
         assert figures["view_ratio"] <= 0.7
 
 
