@@ -28,6 +28,7 @@ from storage.errors import InvalidArgumentError
 
 __all__ = [
     "CallableOption",
+    "EXPIRY_WORDS",
     "Count",
     "PositiveCount",
     "PositiveSeconds",
@@ -44,7 +45,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: Names people give a store's expiry, and what each store's own expiry option means.
-_EXPIRY_WORDS: Final = frozenset(
+EXPIRY_WORDS: Final = frozenset(
     {"retention", "ttl", "expire", "expiry", "expiration", "expire_after", "max_age"}
 )
 _EXPIRY: Final = {
@@ -63,7 +64,7 @@ def option_hint(name: str, choices: Iterable[str], *, n: int = 3) -> str:
     close = difflib.get_close_matches(name, known, n=n, cutoff=0.6)
     if close:
         return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
-    if name.lower() in _EXPIRY_WORDS:
+    if name.lower() in EXPIRY_WORDS:
         for option, meaning in _EXPIRY.items():
             if option in known and option != name:
                 return f" (did you mean {option!r}? {meaning})"

@@ -94,3 +94,17 @@ def test_purge_on_a_store_without_retention_recommends_retention(
     code, out, err = run(capsys, "--url", url + hint, "purge", "--dry-run")
     assert code == 0, err  # the option recommended is one the store takes
     assert "would purge 0 messages older than 30d" in out
+
+
+def test_a_ttl_on_a_postgresql_url_points_to_retention_before_any_connect(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # No server: the URL is refused as config (before, asyncpg sent ttl to the server as a
+    # setting and every connect failed with "unrecognized configuration parameter").
+    code, out, err = run(
+        capsys, "--url", "postgresql://me:pw-secret@127.0.0.1:9/db?ttl=30d", "purge"
+    )
+    assert code == 1
+    assert "'ttl' is not an option of the PostgreSQL store (did you mean 'retention'?" in err
+    assert "pw-secret" not in err
+    assert not out

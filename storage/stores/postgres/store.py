@@ -3,6 +3,7 @@ package docstring for the schema, ordering and erasure guarantees)."""
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -27,6 +28,7 @@ from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.stores.base import BaseStore, SessionRow, conflict
 from storage.stores.options import (
+    EXPIRY_WORDS,
     Count,
     PositiveCount,
     PositiveSeconds,
@@ -34,6 +36,7 @@ from storage.stores.options import (
     check_positive_count,
     check_positive_seconds,
     checked,
+    option_hint,
 )
 from storage.stores.postgres import (
     checkpoints,
@@ -58,6 +61,9 @@ _OWN_OPTIONS: Final = frozenset(
     {"schema", "table", "min_size", "max_size", "timeout", "retention", "purge_interval"}
 )
 Clock = Callable[[], float]
+# A query parameter this close to an option's name is a misspelling of it, not a server
+# setting (those asyncpg sends at connect: timezone, search_path, application_name...).
+_MISSPELT: Final = 0.85
 
 
 #: The ``table`` and ``schema`` options: names the store quotes (see :mod:`.names`).
@@ -135,6 +141,7 @@ class PostgresChatStorage(BaseStore):
         self._dsn, query = pop_query(dsn, _OWN_OPTIONS)
         self._secrets = secrets_of_url(dsn)  # hidden in the driver's messages too
         self.dsn = redact_url(dsn)
+        _check_driver_query(self._dsn, self.dsn)
         # A DSN given in code may carry options too (``from_url`` passes them typed): read
         # from there, they are config (``ConfigError``), and they win for the pool.
         sizes = {
@@ -422,3 +429,24 @@ def _duration(what: str, given: object, query: dict[str, str]) -> float | None:
         return None
     seconds: float = _from_dsn(what, raw, parse_positive_duration)
     return seconds
+
+
+def _check_driver_query(dsn: str, shown: str) -> None:
+    """Refuse a query parameter left for the driver (asyncpg sends each to the server as a
+    setting) that is a chatlayers option misspelt (``retension``) or another store's expiry
+    (``ttl``, ``expiry``): the server would refuse the connection with "unrecognized
+    configuration parameter", every call, far from the URL that caused it.
+
+    Raises:
+        ConfigError: such a parameter, with the option meant.
+    """
+    for name in query_names(dsn):
+        close = difflib.get_close_matches(name, sorted(_OWN_OPTIONS), n=1, cutoff=_MISSPELT)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        if close or name.lower() in EXPIRY_WORDS:
+            hint = hint or option_hint(name, _OWN_OPTIONS)
+            raise ConfigError(
+                f"{shown}: {name!r} is not an option of the PostgreSQL store{hint}; the "
+                f"options are {', '.join(sorted(_OWN_OPTIONS))}, any other query parameter "
+                "is a server setting asyncpg sends at connect"
+            )

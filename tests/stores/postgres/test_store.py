@@ -282,6 +282,29 @@ def test_from_url_keeps_driver_query_and_redacts() -> None:
     assert s2._dsn == "postgres://h/db?sslmode=disable"
 
 
+@pytest.mark.parametrize(
+    ("query", "meant"),
+    [
+        ("ttl=3600", "retention"),  # Redis's expiry
+        ("expiry=30d", "retention"),
+        ("retension=30d", "retention"),
+        ("purge_intervall=1h", "purge_interval"),
+        ("max_sise=4", "max_size"),
+    ],
+)
+def test_a_misspelt_option_or_another_stores_expiry_is_config_not_a_server_setting(
+    query: str, meant: str
+) -> None:
+    # Left in the DSN, asyncpg would send it to the server as a setting, and every connect
+    # would fail with "unrecognized configuration parameter" far from the URL.
+    with pytest.raises(ConfigError, match=rf"is not an option .*did you mean '{meant}'") as e:
+        PostgresChatStorage.from_url(f"postgresql://me:pw-secret@h/db?sslmode=disable&{query}")
+    assert "pw-secret" not in str(e.value)
+    # Server settings stay in the DSN as before, however close their names look.
+    s = PostgresChatStorage("postgresql://h/db?timezone=UTC&application_name=chat&search_path=a")
+    assert s._dsn == "postgresql://h/db?timezone=UTC&application_name=chat&search_path=a"
+
+
 @pytest.mark.parametrize("url", ["mysql://h/db", "sqlite:///x.db"])
 def test_from_url_refuses_other_schemes(url: str) -> None:
     with pytest.raises(ConfigError, match="postgresql://"):
