@@ -43,6 +43,7 @@ from storage.adapters.agent_squad_messages import (
     to_chat_messages,
     with_agent_prefix,
 )
+from storage.adapters.rewrite import back_off
 from storage.errors import ConflictError
 from storage.message import ChatKey
 from storage.protocol import ChatStorage
@@ -122,7 +123,9 @@ class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
 
         With a stack that has ``SequencedStorage`` and ``ReplaceableStorage`` (every
         built-in store, through every layer) the check and the save are atomic against other
-        workers: of two messages of one role saved at once, one is stored.
+        workers: of two messages of one role saved at once, one is stored. A save that lost
+        the race reads again after a random pause (``storage.adapters.rewrite.pause_bound``:
+        below 5 ms, doubling to 200 ms), at most ``SAVE_ATTEMPTS`` times.
 
         Returns:
             The conversation after the save, trimmed to ``max_history_size``.
@@ -134,7 +137,9 @@ class AgentSquadChatStorage(_AgentSquadChatStorage):  # type: ignore[misc]
         messages = to_chat_messages(new_message)
         sequenced = find_ability(self.stack, SequencedStorage)
         replaceable = find_ability(self.stack, ReplaceableStorage)
-        for _ in range(SAVE_ATTEMPTS):
+        for attempt in range(SAVE_ATTEMPTS):
+            if attempt:
+                await back_off(attempt)  # so workers that collided part, not collide again
             # The role check and the save are one compare-and-append: the save lands only
             # while the record is at the version read before the check, so two workers
             # saving a message of the same role at once never store both.

@@ -34,7 +34,16 @@ from storage.history import prepare_batch
 from storage.message import ChatKey, ChatMessage
 from storage.protocol import ChatStorage
 
-__all__ = ["EDIT_ATTEMPTS", "Change", "edit", "insert", "pause_bound", "raw_history", "rewrite"]
+__all__ = [
+    "EDIT_ATTEMPTS",
+    "Change",
+    "back_off",
+    "edit",
+    "insert",
+    "pause_bound",
+    "raw_history",
+    "rewrite",
+]
 
 EDIT_ATTEMPTS: Final = 8
 _PAUSE: Final = 0.005  # seconds: the longest pause before the second attempt
@@ -48,7 +57,9 @@ def pause_bound(attempt: int) -> float:
     return min(_PAUSE_MAX, _PAUSE * 2.0 ** (attempt - 1))
 
 
-async def _pause(attempt: int) -> None:
+async def back_off(attempt: int) -> None:
+    """Sleep before attempt ``attempt`` (1: the second) of a write that lost a race: a
+    random pause below :func:`pause_bound`, so workers that collided part."""
     await anyio.sleep(random.uniform(0, pause_bound(attempt)))
 
 
@@ -157,7 +168,7 @@ async def edit(
     replaceable = find_ability(stack, ReplaceableStorage)
     for attempt in range(attempts):
         if attempt:
-            await _pause(attempt)
+            await back_off(attempt)
         if sequenced is None:
             record, version = await raw_history(stack, key), None
         else:

@@ -20,11 +20,12 @@ from agent_squad.storage.chat_storage import ChatStorage as SquadChatStorage  # 
 from agent_squad.types import ConversationMessage, ParticipantRole, TimestampedMessage  # type: ignore[import-untyped]  # agent-squad ships no type hints
 
 from storage.adapters.agent_squad import (
+    SAVE_ATTEMPTS,
     AgentSquadChatStorage,
     from_chat_messages,
     to_chat_messages,
 )
-from storage.errors import InvalidMessageError
+from storage.errors import ConflictError, InvalidMessageError
 from storage.message import ChatKey, ChatMessage, ToolCall
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
@@ -445,3 +446,30 @@ async def test_two_workers_saving_one_role_at_once_store_one_message(tmp_path: P
     texts = [m.content[0]["text"] for m in got]
     assert texts == ["hi", "hello", "from two"]  # never two user messages in a row
     assert [m.content[0]["text"] for m in await two.fetch_chat("u", "s", "a")] == texts
+
+
+@pytest.mark.anyio
+async def test_a_save_that_keeps_losing_the_race_pauses_between_attempts_then_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "chats.db"
+    other = SQLiteChatStorage(db)
+
+    async def save_meanwhile() -> None:  # another worker's reply lands after every check
+        await other.save(ChatKey("u", "s", "a"), ChatMessage("assistant", "elsewhere"))
+
+    pauses: list[int] = []
+
+    async def back_off(attempt: int) -> None:
+        pauses.append(attempt)
+
+    monkeypatch.setattr("storage.adapters.agent_squad.back_off", back_off)
+    racing = SavesAfterFetch(SQLiteChatStorage(db), save_meanwhile, times=SAVE_ATTEMPTS)
+    squad = AgentSquadChatStorage(racing)
+    message = ConversationMessage(role=ParticipantRole.USER.value, content=[{"text": "mine"}])
+    with pytest.raises(ConflictError, match=f"changed {SAVE_ATTEMPTS} times"):
+        await squad.save_chat_message("u", "s", "a", message)
+    assert pauses == list(range(1, SAVE_ATTEMPTS))  # a pause before every new attempt
+    stored = await other.fetch(ChatKey("u", "s", "a"))
+    assert "mine" not in [m.text for m in stored]  # nothing saved
+    assert len(stored) == SAVE_ATTEMPTS

@@ -128,13 +128,13 @@ async def test_an_edit_pauses_between_tries_and_wins_before_its_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pauses: list[float] = []
-    real = rewrite._pause
+    real = rewrite.back_off
 
     async def recorded(attempt: int) -> None:
         pauses.append(attempt)
         await real(attempt)
 
-    monkeypatch.setattr(rewrite, "_pause", recorded)
+    monkeypatch.setattr(rewrite, "back_off", recorded)
     one, two, _ = await two_workers(tmp_path / "chats.db", times=EDIT_ATTEMPTS - 1)
     removed = await one.adelete_message("c", 0)
     assert removed is not None
