@@ -261,20 +261,27 @@ async def test_body_is_bounded_and_the_newest_requests_stay() -> None:
     assert len(body(again[0])) <= 300
 
 
-@pytest.mark.anyio
-async def test_over_budget_the_users_opening_request_outlasts_the_records_read_for_it() -> None:
-    """The user states the goal once, then the agent reads record after record looking for
-    it (tau-bench task 3): the goal is what the reads are for, so it is the line that stays."""
-    goal = "I need to change my flight back from Denver to Houston to be the quickest one."
-    turn = [user(goal)]
-    for n in range(8):
+def reservation_reads(count: int) -> list[ChatMessage]:
+    """``count`` reads of reservations RES000, RES001, ..., each with four flights."""
+    out: list[ChatMessage] = []
+    for n in range(count):
         read = call("get_reservation_details", n, reservation_id=f"RES{n:03d}")
         flights = [
             {"flight_number": f"HAT{n}{k:02d}", "date": f"2024-05-{10 + k}", "price": 100 + k}
             for k in range(4)
         ]
         record = {"reservation_id": f"RES{n:03d}", "origin": "IAH", "flights": flights}
-        turn += [assistant(None, read), tool(read, json.dumps(record))]
+        out += [assistant(None, read), tool(read, json.dumps(record))]
+    return out
+
+
+@pytest.mark.anyio
+async def test_over_budget_the_users_opening_request_outlasts_the_records_read_for_it() -> None:
+    """The user states the goal once, then the agent reads record after record looking for
+    it (tau-bench task 3): the goal is what the reads are for, so it is the line that stays."""
+    goal = "I need to change my flight back from Denver to Houston to be the quickest one."
+    turn = [user(goal)]
+    turn += reservation_reads(8)
     turn.append(assistant("I found it."))
     result = await ExtractiveSummarizer(max_chars=700)(history(turn, text_turn("B")), 1)
     assert len(body(result[0])) <= 700
@@ -291,14 +298,7 @@ async def test_over_budget_the_record_a_request_names_outlasts_the_ones_read_on_
     request names stays, though it was read first."""
     goal = "Please upgrade reservation RES000 to economy."
     turn = [user(goal)]
-    for n in range(6):
-        read = call("get_reservation_details", n, reservation_id=f"RES{n:03d}")
-        flights = [
-            {"flight_number": f"HAT{n}{k:02d}", "date": f"2024-05-{10 + k}", "price": 100 + k}
-            for k in range(4)
-        ]
-        record = {"reservation_id": f"RES{n:03d}", "origin": "IAH", "flights": flights}
-        turn += [assistant(None, read), tool(read, json.dumps(record))]
+    turn += reservation_reads(6)
     turn.append(assistant("I have what I need."))
     result = await ExtractiveSummarizer(max_chars=700)(history(turn, text_turn("B")), 1)
     ledger = "\n".join(section(result[0], "Ledger:"))
