@@ -20,6 +20,7 @@ from storage.config import open_storage
 from storage.config.registry import Registry
 from storage.errors import ConfigError
 from storage.stores.memory import InMemoryChatStorage
+from storage.stores.sqlite import SQLiteChatStorage
 from storage.stores.urls import check_query, drop_query
 
 
@@ -93,6 +94,9 @@ def test_file_store_refuses_unknown_query_option(tmp_path: Path) -> None:
         open_storage(f"jsonl://{tmp_path}/j?fsynk=true")
     with pytest.raises(ConfigError, match="store 'sqlite' has no option 'zzz'; allowed: "):
         open_storage(f"sqlite:///{tmp_path}/x.db?zzz=1")
+    # In code too, from_url points an expiry under Redis's name to SQLite's own.
+    with pytest.raises(ConfigError, match="'ttl' \\(did you mean 'retention'\\? this store"):
+        SQLiteChatStorage.from_url(f"sqlite:///{tmp_path}/x.db", ttl=30)
 
 
 def test_memory_from_url() -> None:

@@ -18,7 +18,6 @@ truncating the write-ahead log, so the erased text is in none of the files after
 
 from __future__ import annotations
 
-import difflib
 import os
 import sqlite3
 import time
@@ -40,7 +39,14 @@ from storage.durations import Duration, PositiveDuration, parse_duration, parse_
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import BaseStore, SessionRow, conflict
-from storage.stores.options import Count, Seconds, check_count, check_seconds, checked
+from storage.stores.options import (
+    Count,
+    Seconds,
+    check_count,
+    check_seconds,
+    checked,
+    option_hint,
+)
 from storage.stores.sqlite import (
     checkpoints,
     reads,
@@ -159,8 +165,7 @@ class SQLiteChatStorage(BaseStore):
         path = path_from_url(url, "sqlite", options=options)
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(_OPTIONS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = option_hint(unknown[0], _OPTIONS, n=1)
             raise ConfigError(
                 f"store 'sqlite' has no option {unknown[0]!r}{hint}; "
                 f"allowed: {', '.join(sorted(_OPTIONS))}"
