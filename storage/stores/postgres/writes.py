@@ -13,7 +13,9 @@ cursor.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+import anyio
 
 from storage.codec import encode
 from storage.errors import InvalidMessageError
@@ -32,7 +34,11 @@ from storage.stores.postgres.text import (
     utf8_part,
 )
 
-__all__ = ["delete_key", "delete_user", "keeping_activity", "write"]
+__all__ = ["THREAD_CHARS", "delete_key", "delete_user", "keeping_activity", "write"]
+
+THREAD_CHARS: Final = 1_000_000
+"""A batch whose encoded records are longer makes its search words in a worker thread: one
+long word (nothing to cut the text at) takes seconds to normalize, the event loop goes on."""
 
 
 async def write(
@@ -67,7 +73,10 @@ async def write(
             f"PostgreSQL takes at most {MAX_CALL_BYTES:,} in one call: save them in smaller "
             "batches (one message must stay under that too); nothing was stored"
         )
-    words = [search_words(m) for m in batch]
+    if sum(map(len, records)) > THREAD_CHARS:
+        words = await anyio.to_thread.run_sync(_words, batch)
+    else:
+        words = _words(batch)
     args = (
         user,
         session,
@@ -124,3 +133,7 @@ async def delete_user(ctx: PostgresContext, user_id: str) -> None:
     """Erase every row of the user, in one statement."""
     pool = await ctx.pool()
     await pool.execute(ctx.sql.delete_user, utf8_part("user_id", user_id))
+
+
+def _words(batch: Sequence[ChatMessage]) -> list[str]:
+    return [search_words(m) for m in batch]

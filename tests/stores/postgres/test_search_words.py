@@ -6,6 +6,7 @@ words stop at their bound instead of all being made first."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 import storage.stores.postgres.text as words_module
 from storage.message import ChatKey, ChatMessage
 from storage.search import message_search_text, tokenize
-from storage.stores.postgres import PostgresChatStorage
+from storage.stores.postgres import PostgresChatStorage, writes
 from storage.stores.postgres.schema import SEARCH_WORDS
 from storage.stores.postgres.text import search_term, search_words
 
@@ -148,3 +149,26 @@ async def test_a_huge_message_saves_without_making_words_it_cuts_off(postgres_ds
         assert longest < 3, f"the event loop was held for {longest:.1f} s"
         assert [h.message.id for h in await store.search("words", "early")] == [saved.id]
         assert await store.search("words", "late") == []  # past the bound, as before
+
+
+@pytest.mark.anyio
+async def test_one_long_word_makes_its_words_in_a_worker_thread(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 20 MB word has no place to cut the text at: normalizing it held the event loop for
+    # seconds. A batch over THREAD_CHARS now makes its words off the loop's thread.
+    threads: list[bool] = []
+    real = writes.search_words
+
+    def recorded(message: ChatMessage) -> str:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(message)
+
+    monkeypatch.setattr(writes, "search_words", recorded)
+    word = "é" * (writes.THREAD_CHARS + 1)  # not plain ASCII: hashed, like any long word
+    async with PostgresChatStorage(postgres_dsn, schema=f"w_{uuid.uuid4().hex[:12]}") as store:
+        (small,) = await store.save(KEY, ChatMessage("user", "short text"))
+        (big,) = await store.save(KEY, ChatMessage("user", f"{word} tail"))
+        assert threads == [True, False]  # the short one on the loop's thread, as before
+        assert [h.message.id for h in await store.search("words", "tail")] == [big.id]
+        assert [h.message.id for h in await store.search("words", "short")] == [small.id]
