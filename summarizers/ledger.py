@@ -40,6 +40,7 @@ from summarizers.facts import fact_keys
 from summarizers.quoting import quote
 
 __all__ = [
+    "NAMED_PART",
     "Entry",
     "compact_value",
     "identity_of",
@@ -50,7 +51,6 @@ __all__ = [
     "merge_text",
     "parse_json",
     "split_parts",
-    "NAMED_PART",
 ]
 
 _ID_KEY: Final = re.compile(r"^(?:(?P<label>.+?)_)?(?:id|number|no|code|sku)$", re.IGNORECASE)
