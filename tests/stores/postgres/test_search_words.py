@@ -158,7 +158,7 @@ async def test_one_long_word_makes_its_words_in_a_worker_thread(
     # A 20 MB word has no place to cut the text at: normalizing it held the event loop for
     # seconds. A batch over THREAD_CHARS now makes its words off the loop's thread.
     threads: list[bool] = []
-    real = writes.search_words
+    real = search_words
 
     def recorded(message: ChatMessage) -> str:
         threads.append(threading.current_thread() is threading.main_thread())
