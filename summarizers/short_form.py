@@ -33,9 +33,25 @@ def facts_only(text: str, elsewhere: str = "", records: Mapping[str, str] | None
     for part in split_parts(text, ", "):
         short = _short_part(part, records or {}, top=True)
         value = short.partition("=")[2] or short
-        if short and not (elsewhere and len(value) >= _REPEATED and _holds(elsewhere, value)):
+        if short and not (elsewhere and _repeated(value, elsewhere)) and not _dated(short, text):
             kept.append(short)
     return ", ".join(kept) if kept else text
+
+
+def _dated(part: str, text: str) -> bool:
+    """Whether ``part`` is a status the record also dates (``status=delivered`` in a record
+    with ``delivered_on=2024-03-08``, at any depth): the date says it, and when."""
+    name, _, value = part.partition("=")
+    if name != "status" or not value.isidentifier():
+        return False
+    return re.search(rf"(?<![\w-]){value}_(?:on|at|date)=", text) is not None
+
+
+def _repeated(value: str, elsewhere: str) -> bool:
+    """Whether ``value`` is an identity, address or other fact ``elsewhere`` states too (an
+    owner's id in every order). A plain word is this record's own, whoever else has it:
+    another reservation in ``basic_economy`` does not make this one's cabin a repeat."""
+    return len(value) >= _REPEATED and has_fact(value) and _holds(elsewhere, value)
 
 
 def _holds(text: str, value: str) -> bool:

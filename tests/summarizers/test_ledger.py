@@ -124,6 +124,26 @@ def test_facts_only_keeps_every_fact_and_drops_the_rest() -> None:
     assert facts_only("no facts here") == "no facts here"
 
 
+def test_facts_only_keeps_a_records_own_plain_values_and_drops_a_dated_status() -> None:
+    reservation = "cabin=basic_economy, flight_type=round_trip, user_id=daiki_muller_1116"
+    newer = (
+        "reservation 3EMQJ6: cabin=basic_economy, flight_type=round_trip; user daiki_muller_1116"
+    )
+    # Another reservation in basic economy does not make this one's cabin a repeat (it was
+    # dropped, and the model lost the cabin the whole request turned on); the owner's id is.
+    assert facts_only(reservation, newer) == "cabin=basic_economy, flight_type=round_trip"
+    # A status the record dates says nothing the date does not.
+    order = (
+        "status=delivered, total=$79, "
+        "shipment=(tracking=1ZAB12345678901234, delivered_on=2024-03-08)"
+    )
+    assert facts_only(order) == (
+        "total=$79, shipment=(tracking=1ZAB12345678901234, delivered_on=2024-03-08)"
+    )
+    shipped = "status=shipped, total=$79, shipment=(tracking=1ZAB12345678901234, eta=2024-03-08)"
+    assert facts_only(shipped) == shipped
+
+
 def test_facts_only_leaves_to_a_nested_records_own_entry_what_it_states() -> None:
     text = (
         "name=Mia Li, orders=[(ORD-11404, placed_on=2024-03-13, total=$329.49); "
