@@ -54,7 +54,7 @@ from storage.stores.postgres.names import Names, check_name
 from storage.stores.postgres.text import key_args, utf8_part
 from storage.stores.urls import drop_query, pop_query, query_names
 
-__all__ = ["DEFAULT_PURGE_INTERVAL", "Name", "PostgresChatStorage"]
+__all__ = ["DEFAULT_PURGE_INTERVAL", "OTHER_STORES_OPTIONS", "Name", "PostgresChatStorage"]
 
 DEFAULT_PURGE_INTERVAL: Final = 3600.0  # seconds
 _OWN_OPTIONS: Final = frozenset(
@@ -63,7 +63,14 @@ _OWN_OPTIONS: Final = frozenset(
 Clock = Callable[[], float]
 # A query parameter this close to an option's name is a misspelling of it, not a server
 # setting (those asyncpg sends at connect: timezone, search_path, application_name...).
-_MISSPELT: Final = 0.85
+_MISSPELT: Final = 0.8
+# The other built-in stores' options (tests/stores/postgres/test_store.py keeps the list
+# whole): on a PostgreSQL URL they are a store mix-up, not server settings.
+OTHER_STORES_OPTIONS: Final = {
+    **dict.fromkeys(("prefix", "cluster", "ttl"), "Redis"),
+    **dict.fromkeys(("synchronous", "busy_timeout", "cache_chars", "create"), "SQLite"),
+    **dict.fromkeys(("fsync", "fsync_interval", "cache_bytes", "max_cached_keys"), "JSONL"),
+}
 
 
 #: The ``table`` and ``schema`` options: names the store quotes (see :mod:`.names`).
@@ -141,7 +148,7 @@ class PostgresChatStorage(BaseStore):
         self._dsn, query = pop_query(dsn, _OWN_OPTIONS)
         self._secrets = secrets_of_url(dsn)  # hidden in the driver's messages too
         self.dsn = redact_url(dsn)
-        _check_driver_query(self._dsn, self.dsn)
+        _check_driver_query(self._dsn)
         # A DSN given in code may carry options too (``from_url`` passes them typed): read
         # from there, they are config (``ConfigError``), and they win for the pool.
         sizes = {
@@ -431,11 +438,11 @@ def _duration(what: str, given: object, query: dict[str, str]) -> float | None:
     return seconds
 
 
-def _check_driver_query(dsn: str, shown: str) -> None:
+def _check_driver_query(dsn: str) -> None:
     """Refuse a query parameter left for the driver (asyncpg sends each to the server as a
-    setting) that is a chatlayers option misspelt (``retension``) or another store's expiry
-    (``ttl``, ``expiry``): the server would refuse the connection with "unrecognized
-    configuration parameter", every call, far from the URL that caused it.
+    setting) that is a chatlayers option misspelt (``retension``, ``tabel``), another
+    store's expiry (``ttl``, ``expiry``) or option (``prefix``): the server would refuse the
+    connection with "unrecognized configuration parameter", every call, far from the URL.
 
     Raises:
         ConfigError: such a parameter, with the option meant.
@@ -443,10 +450,11 @@ def _check_driver_query(dsn: str, shown: str) -> None:
     for name in query_names(dsn):
         close = difflib.get_close_matches(name, sorted(_OWN_OPTIONS), n=1, cutoff=_MISSPELT)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        if close or name.lower() in EXPIRY_WORDS:
-            hint = hint or option_hint(name, _OWN_OPTIONS)
+        if close or name.lower() in EXPIRY_WORDS or name in OTHER_STORES_OPTIONS:
+            other = OTHER_STORES_OPTIONS.get(name)
+            hint = hint or option_hint(name, _OWN_OPTIONS) or f" (an option of the {other} store)"
             raise ConfigError(
-                f"{shown}: {name!r} is not an option of the PostgreSQL store{hint}; the "
-                f"options are {', '.join(sorted(_OWN_OPTIONS))}, any other query parameter "
-                "is a server setting asyncpg sends at connect"
+                f"{name!r} is not an option of the PostgreSQL store{hint}; its options "
+                f"are {', '.join(sorted(_OWN_OPTIONS))}, any other query parameter is a "
+                "server setting asyncpg sends at connect"
             )

@@ -9,6 +9,7 @@ optional abilities in test_postgres_abilities.py.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -28,7 +29,12 @@ from storage.errors import (  # noqa: E402
     StorageUnavailableError,
 )
 from storage.message import ChatKey, ChatMessage, ToolCall  # noqa: E402
+from storage.stores.jsonl import JsonlChatStorage  # noqa: E402
+from storage.stores.memory import InMemoryChatStorage  # noqa: E402
 from storage.stores.postgres import PostgresChatStorage  # noqa: E402
+from storage.stores.postgres.store import OTHER_STORES_OPTIONS  # noqa: E402
+from storage.stores.redis import RedisChatStorage  # noqa: E402
+from storage.stores.sqlite import SQLiteChatStorage  # noqa: E402
 from tests.server_scenarios import (  # noqa: E402
     check_concurrent_result,
     kill_mid_run,
@@ -290,6 +296,8 @@ def test_from_url_keeps_driver_query_and_redacts() -> None:
         ("retension=30d", "retention"),
         ("purge_intervall=1h", "purge_interval"),
         ("max_sise=4", "max_size"),
+        ("tabel=x", "table"),
+        ("scheme=x", "schema"),
     ],
 )
 def test_a_misspelt_option_or_another_stores_expiry_is_config_not_a_server_setting(
@@ -303,6 +311,18 @@ def test_a_misspelt_option_or_another_stores_expiry_is_config_not_a_server_setti
     # Server settings stay in the DSN as before, however close their names look.
     s = PostgresChatStorage("postgresql://h/db?timezone=UTC&application_name=chat&search_path=a")
     assert s._dsn == "postgresql://h/db?timezone=UTC&application_name=chat&search_path=a"
+
+
+def test_another_stores_option_on_a_postgresql_url_names_that_store() -> None:
+    with pytest.raises(ConfigError, match=r"'prefix' is not an option .*of the Redis store"):
+        PostgresChatStorage("postgresql://h/db?prefix=chat")
+    # The list is every other built-in store's own options (not the shared ones).
+    others: set[str] = set()
+    for store in (RedisChatStorage, SQLiteChatStorage, JsonlChatStorage, InMemoryChatStorage):
+        params = inspect.signature(store.__init__).parameters.values()
+        others |= {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    own = {p.name for p in inspect.signature(PostgresChatStorage.__init__).parameters.values()}
+    assert set(OTHER_STORES_OPTIONS) == others - own
 
 
 @pytest.mark.parametrize("url", ["mysql://h/db", "sqlite:///x.db"])
