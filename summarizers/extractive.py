@@ -28,9 +28,10 @@ Over ``max_chars``, options and then ledger entries are shortened to their facts
 recently used first); then whole lines go, the least worth per character first (what the
 line's section is worth and the facts it alone states, twice that for a record a request,
 the open question or the kept turns name, see :meth:`Notes.bound`), the user's opening
-request last: it is what the conversation is for. The summary's metadata records
-the ids of the messages it covers and, for each fact it states, the id of the message it came
-from (``metadata["chatlayers"]["sources"]``; never in the text).
+and newest requests last: what the conversation is for, and what is asked now. The
+summary's metadata records the ids of the messages it covers and, for each fact it states,
+the id of the message it came from (``metadata["chatlayers"]["sources"]``; never in the
+text).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ _OMITTED: Final = "- … (older lines omitted)"
 # is worth in its section (an option's facts were only seen, not used), weighted by recency
 # within its section (the newest line counts 1.5 times the oldest), and twice for a record the
 # conversation is about (``_IN_USE``). The user's first request is what the conversation is
-# for: it goes only when nothing else is left to drop.
+# for, the newest what they ask now: they go only when nothing else is left to drop.
 _WORTH: Final = {
     "open": (3.0, 1.0),
     "requests": (1.0, 1.0),
@@ -197,8 +197,8 @@ class Notes:
         """The body text within ``max_chars``. Over it, ledger and option entries are first
         shortened to their facts (:func:`summarizers.short_form.facts_only`: nothing factual is
         lost), least recently used first, options before the ledger; then whole lines go,
-        the least worth per character first (see ``_WORTH``), the user's opening request
-        only when no other line is left; the text itself is cut as a last resort."""
+        the least worth per character first (see ``_WORTH``), the user's opening and newest
+        requests only when no other line is left; the text itself is cut as a last resort."""
         body = self.render()
         size = len(body)
         records = {e.ident: e.text for e in self.ledger if e.ident is not None}
@@ -249,12 +249,14 @@ class Notes:
         if not self.omitted:
             excess += len(_OMITTED) + 1
             self.omitted = True
-        opening = next((p for p, line in enumerate(lines) if line[0] == "requests"), None)
+        # What the conversation is for and what the user asks now: kept to the last.
+        asked = [p for p, line in enumerate(lines) if line[0] == "requests"]
+        kept = {asked[0], asked[-1]} if asked else set()
         in_use = self._in_use(lines)
         while excess > 0 and len(alive) > 1:
             best: tuple[float, int] | None = None
             for position in alive:
-                if position == opening and len(alive) > 2:
+                if position in kept and len(alive) > len(kept) + 1:
                     continue
                 name, index, line = lines[position]
                 alone, per_fact = _WORTH[name]

@@ -308,6 +308,21 @@ async def test_over_budget_the_record_a_request_names_outlasts_the_ones_read_on_
 
 
 @pytest.mark.anyio
+async def test_over_budget_the_newest_request_outlasts_the_records_read_for_it() -> None:
+    """tau-bench task 34: after the opening request the user says what to do now ("first
+    upgrade it, then cancel it"); the agent's next reads pushed that line out, and the
+    view left only "Yes, proceed with those steps." for the model to act on."""
+    goal = "I need to cancel my upcoming flights."
+    now = "I'd like to first upgrade the first one to economy, then cancel both."
+    turn = [user(goal), assistant("Sure."), user(now), *reservation_reads(8)]
+    turn.append(assistant("I have what I need."))
+    result = await ExtractiveSummarizer(max_chars=700)(history(turn, text_turn("B")), 1)
+    assert len(body(result[0])) <= 700
+    assert section(result[0], "User requests:") == [f'- "{goal}"', f'- "{now}"']
+    assert 0 < len(section(result[0], "Ledger:")) < 8  # records went to make room
+
+
+@pytest.mark.anyio
 async def test_a_single_huge_line_is_cut_to_max_chars() -> None:
     summarize = ExtractiveSummarizer(max_chars=100, sentence_chars=500)
     buffer = history([user("y" * 1000), assistant(None)], text_turn("B"), system=None)
