@@ -28,7 +28,6 @@ from storage.errors import InvalidArgumentError
 
 __all__ = [
     "CallableOption",
-    "EXPIRY_WORDS",
     "Count",
     "PositiveCount",
     "PositiveSeconds",
@@ -45,7 +44,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: Names people give a store's expiry, and what each store's own expiry option means.
-EXPIRY_WORDS: Final = frozenset(
+_EXPIRY_WORDS: Final = frozenset(
     {"retention", "ttl", "expire", "expiry", "expiration", "expire_after", "max_age"}
 )
 _EXPIRY: Final = {
@@ -54,17 +53,18 @@ _EXPIRY: Final = {
 }
 
 
-def option_hint(name: str, choices: Iterable[str], *, n: int = 3) -> str:
-    """``" (did you mean 'x'?)"`` for the options of ``choices`` nearest ``name``, or ``""``.
+def option_hint(name: str, choices: Iterable[str], *, n: int = 3, cutoff: float = 0.6) -> str:
+    """``" (did you mean 'x'?)"`` for the options of ``choices`` nearest ``name`` (difflib's
+    ratio at least ``cutoff``), or ``""``.
 
     Besides spellings, an expiry given under another store's name (``ttl``, ``retention``,
     ``expiry``...) points to this store's own, with what it means, since the two differ.
     """
     known = sorted(choices)
-    close = difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+    close = difflib.get_close_matches(name, known, n=n, cutoff=cutoff)
     if close:
         return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
-    if name.lower() in EXPIRY_WORDS:
+    if name.lower() in _EXPIRY_WORDS:
         for option, meaning in _EXPIRY.items():
             if option in known and option != name:
                 return f" (did you mean {option!r}? {meaning})"

@@ -3,7 +3,6 @@ package docstring for the schema, ordering and erasure guarantees)."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -28,7 +27,6 @@ from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_url
 from storage.stores.base import BaseStore, SessionRow, conflict
 from storage.stores.options import (
-    EXPIRY_WORDS,
     Count,
     PositiveCount,
     PositiveSeconds,
@@ -448,11 +446,10 @@ def _check_driver_query(dsn: str) -> None:
         ConfigError: such a parameter, with the option meant.
     """
     for name in query_names(dsn):
-        close = difflib.get_close_matches(name, sorted(_OWN_OPTIONS), n=1, cutoff=_MISSPELT)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        if close or name.lower() in EXPIRY_WORDS or name in OTHER_STORES_OPTIONS:
-            other = OTHER_STORES_OPTIONS.get(name)
-            hint = hint or option_hint(name, _OWN_OPTIONS) or f" (an option of the {other} store)"
+        hint = option_hint(name, _OWN_OPTIONS, n=1, cutoff=_MISSPELT)
+        other = OTHER_STORES_OPTIONS.get(name)
+        if hint or other:
+            hint = hint or f" (an option of the {other} store)"
             raise ConfigError(
                 f"{name!r} is not an option of the PostgreSQL store{hint}; its options "
                 f"are {', '.join(sorted(_OWN_OPTIONS))}, any other query parameter is a "
