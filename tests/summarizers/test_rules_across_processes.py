@@ -11,7 +11,9 @@ import anyio
 import pytest
 
 from storage import ChatKey, ChatMessage
+from storage.cli.conversation_file import read_conversations
 from storage.config import open_storage
+from tests.clients import refusals
 from tests.paths import REPO
 
 KEY = ChatKey("u1", "s1", "support")
@@ -35,6 +37,7 @@ TURNS = [
 READ_VIEW = """
 import json, sys, anyio
 from storage import ChatKey
+from storage.cli.conversation_file import read_conversations
 from storage.config import open_storage
 async def main():
     async with open_storage(sys.argv[1]) as stack:
@@ -72,3 +75,51 @@ async def test_a_second_process_and_a_restart_serve_the_summary_the_rules_wrote(
     async with open_storage(url) as restarted:
         again = await restarted.fetch(KEY)
     assert _rows(again) == _rows(view)  # a restart: the same view, no new summary
+
+
+READ_KEY_VIEW = """
+import json, sys, anyio
+from storage import ChatKey
+from storage.cli.conversation_file import read_conversations
+from storage.config import open_storage
+async def main():
+    async with open_storage(sys.argv[1]) as stack:
+        view = await stack.fetch(ChatKey(*sys.argv[2:5]))
+    print(json.dumps([[m.role, m.text, m.id] for m in view]))
+anyio.run(main)
+"""
+
+
+@pytest.mark.anyio
+async def test_two_workers_keep_the_newest_request_and_the_records_own_cabin(
+    tmp_path: Path,
+) -> None:
+    """tau-bench task 34 through two stack instances over one SQLite file (one saves the
+    user's messages, the other the agent's, each fetching as an orchestrator does): in the
+    view the agent changes the reservation from, the summary still says what the user asked
+    now and the cabin the request turns on, every model client accepts it, and a second
+    process serves the same view."""
+    tau = REPO / "examples" / "data" / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
+    conversation = read_conversations([tau])[34]
+    key = conversation.key
+    url = f"summarize?trigger_at=6::sqlite:///{tmp_path / 'chats.db'}"
+    view: list[ChatMessage] = []
+    async with open_storage(url) as users, open_storage(url) as agents:
+        for message in conversation.messages:
+            change = any(c.name == "update_reservation_flights" for c in message.tool_calls)
+            if message.role == "assistant":
+                view = await agents.fetch(key)
+                if change:
+                    break
+            await (users if message.role == "user" else agents).save(key, message)
+    summary = view[0].text
+    assert view[0].is_summary
+    assert "first upgrade reservation XEHM4B to economy, then cancel it" in summary
+    (entry,) = [line for line in summary.splitlines() if line.startswith("- reservation XEHM4B")]
+    assert "cabin=basic_economy" in entry
+    assert refusals(view) == {}  # every strict chat template and provider takes it
+    done = await anyio.run_process(
+        [sys.executable, "-c", READ_KEY_VIEW, url, key.user_id, key.session_id, key.agent_id],
+        cwd=REPO,
+    )
+    assert json.loads(done.stdout) == _rows(view)
