@@ -26,14 +26,14 @@ summarizer, a manual summary) is kept, line by line, under ``Earlier notes:``.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
 import attrs
 
-from summarizers.facts import fact_key, fact_keys, fact_spans
-from summarizers.ledger import Entry, merge
+from summarizers.dropping import WORTH, Unit, drop
+from summarizers.facts import fact_key, fact_spans
+from summarizers.ledger import Entry, merge, split_parts
 from summarizers.short_form import facts_only
 
 __all__ = ["SECTIONS", "Notes"]
@@ -55,26 +55,6 @@ SAID_LINES: Final = 3
 """The assistant's lines kept (the newest): its decisions, commitments and questions."""
 _HEADINGS: Final = {heading: name for name, heading in SECTIONS.items()}
 _OMITTED: Final = "- … (older lines omitted)"
-# When the body is over its budget, a line's worth per character decides what goes: what its
-# section is worth on its own (a request, an action, an open question matter without facts),
-# plus the facts it alone states (each fact shared by k lines counts 1/k) times what a fact
-# is worth in its section (an option's facts were only seen, not used), weighted by recency
-# within its section (the newest line counts 1.5 times the oldest), and twice for a record the
-# conversation is about (``_IN_USE``). The user's first request is what the conversation is
-# for, the newest what they ask now: they go only when nothing else is left to drop.
-_WORTH: Final = {
-    "open": (3.0, 1.0),
-    "requests": (1.0, 1.0),
-    "done": (2.0, 1.0),
-    "ledger": (0.5, 1.0),
-    "notes": (0.3, 1.0),
-    "said": (0.2, 1.0),
-    "options": (0.0, 0.25),
-}
-
-# An entry the conversation is about (see ``Notes._in_use``) is worth this many times more:
-# a record the user asked about outlasts the ones read on the way.
-_IN_USE: Final = 2.0
 _GOALS: Final = frozenset({"requests", "open"})
 _WORD: Final = re.compile(r"[\w-]+")
 
@@ -196,9 +176,10 @@ class Notes:
     def bound(self, max_chars: int) -> str:
         """The body text within ``max_chars``. Over it, ledger and option entries are first
         shortened to their facts (:func:`summarizers.short_form.facts_only`: nothing factual is
-        lost), least recently used first, options before the ledger; then whole lines go,
-        the least worth per character first (see ``_WORTH``), the user's opening and newest
-        requests only when no other line is left; the text itself is cut as a last resort."""
+        lost), least recently used first, options before the ledger; then lines and parts of
+        entries go, the least worth per character first (:mod:`summarizers.dropping`), the
+        user's opening and newest requests only when no other line is left; the text itself
+        is cut as a last resort."""
         body = self.render()
         size = len(body)
         records = {e.ident: e.text for e in self.ledger if e.ident is not None}
@@ -222,60 +203,61 @@ class Notes:
             body = body[: max_chars - 1].rstrip() + "…"
         return body
 
-    def _in_use(self, lines: Sequence[tuple[str, int, str]]) -> set[int]:
-        """Positions in ``lines`` of the ledger and option entries the conversation is about:
-        named (as a whole word) by a request, the open question or the turns kept verbatim."""
-        named = " ".join([self.focused, *(line for name, _, line in lines if name in _GOALS)])
+    def _in_use(self, units: Sequence[Unit]) -> set[int]:
+        """Positions in ``units`` of the ledger and option entries the conversation is
+        about: named (as a whole word) by a request, the open question or the turns kept
+        verbatim."""
+        named = " ".join([self.focused, *(u.text for u in units if u.section in _GOALS)])
         words = set(_WORD.findall(named))
         out = set()
-        for position, (name, index, _) in enumerate(lines):
-            if name in ("ledger", "options"):
-                ident = getattr(self, name)[index].ident
+        for position, unit in enumerate(units):
+            if unit.section in ("ledger", "options"):
+                ident = getattr(self, unit.section)[unit.index].ident
                 if ident is not None and ident in words:
                     out.add(position)
         return out
 
+    def _units(self) -> list[Unit]:
+        """What :meth:`_drop` weighs: each line of the list sections, each top-level part
+        of a ledger or option entry."""
+        units: list[Unit] = []
+        for name in WORTH:
+            if name not in ("ledger", "options"):
+                units.extend(Unit(name, i, line) for i, line in enumerate(self._lines(name)))
+                continue
+            entries: list[Entry] = getattr(self, name)
+            for i, entry in enumerate(entries):
+                parts = split_parts(entry.text, ", ") or [""]
+                units.extend(Unit(name, i, part, key=entry.key) for part in parts)
+        return units
+
     def _drop(self, excess: int) -> None:
-        """Drop lines, the least worth per character first (each fact's share recounted
-        after every drop), until ``excess`` characters are gone or one line is left."""
-        lines = [
-            (name, index, line) for name in _WORTH for index, line in enumerate(self._lines(name))
-        ]
-        facts = [set(fact_keys(line)) for _, _, line in lines]
-        shared = Counter(fact for found in facts for fact in found)
-        sizes = {name: len(self._lines(name)) for name in _WORTH}
-        left = {name: count for name, count in sizes.items()}
-        alive = set(range(len(lines)))
+        """Drop lines and parts of entries until ``excess`` characters are gone or one line
+        is left (:func:`summarizers.dropping.drop`); the user's opening and newest requests
+        go only when nothing else is left."""
         if not self.omitted:
             excess += len(_OMITTED) + 1
             self.omitted = True
-        # What the conversation is for and what the user asks now: kept to the last.
-        asked = [p for p, line in enumerate(lines) if line[0] == "requests"]
-        kept = {asked[0], asked[-1]} if asked else set()
-        in_use = self._in_use(lines)
-        while excess > 0 and len(alive) > 1:
-            best: tuple[float, int] | None = None
-            for position in alive:
-                if position in kept and len(alive) > len(kept) + 1:
-                    continue
-                name, index, line = lines[position]
-                alone, per_fact = _WORTH[name]
-                worth = alone + per_fact * sum(1 / shared[f] for f in facts[position])
-                worth *= 1 + 0.5 * (index + 1) / sizes[name]
-                worth *= _IN_USE if position in in_use else 1.0
-                score = worth / (len(line) + 1)
-                if best is None or score < best[0]:
-                    best = (score, position)
-            assert best is not None
-            position = best[1]
-            alive.discard(position)
-            shared.subtract(facts[position])
-            name = lines[position][0]
-            excess -= len(lines[position][2]) + 1
-            left[name] -= 1
-            if not left[name]:
-                excess -= len(SECTIONS[name]) + 1  # the heading goes too
-        dropped = {(lines[p][0], lines[p][1]) for p in range(len(lines)) if p not in alive}
-        for name in _WORTH:
-            items: list[object] = getattr(self, name)
-            items[:] = [item for i, item in enumerate(items) if (name, i) not in dropped]
+        units = self._units()
+        asked = [p for p, unit in enumerate(units) if unit.section == "requests"]
+        left = drop(
+            units,
+            excess,
+            sizes={name: len(getattr(self, name)) for name in WORTH},
+            headings={name: len(heading) + 1 for name, heading in SECTIONS.items()},
+            kept={asked[0], asked[-1]} if asked else set(),
+            in_use=self._in_use(units),
+        )
+        kept: dict[tuple[str, int], list[str]] = {}
+        for unit in left:
+            kept.setdefault(unit.owner, []).append(unit.text)
+        for name in ("ledger", "options"):
+            entries: list[Entry] = getattr(self, name)
+            entries[:] = [
+                attrs.evolve(e, text=", ".join(kept[(name, i)]))
+                for i, e in enumerate(entries)
+                if (name, i) in kept
+            ]
+        for name in ("notes", "requests", "done", "said", "open"):
+            lines: list[str] = getattr(self, name)
+            lines[:] = [line for i, line in enumerate(lines) if (name, i) in kept]
