@@ -5,7 +5,8 @@ URL (``?retention=30d``), a TOML file (``retention = "30d"`` or ``retention = 25
 code (``timedelta(days=30)``) all mean the same thing. ``Duration`` and ``PositiveDuration``
 are the annotations of such options: they carry their check (:mod:`storage.checked`), so
 config reports a bad value with every other problem of the configuration.
-:func:`format_duration` writes one back for messages.
+:func:`format_duration` writes one back for messages, :func:`short_duration` as config
+spells it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "Duration",
     "PositiveDuration",
     "format_duration",
+    "short_duration",
     "parse_duration",
     "parse_positive_duration",
 ]
@@ -101,6 +103,16 @@ def format_duration(seconds: float) -> str:
     if seconds >= 1 or seconds == 0:
         return _count(seconds, "second")
     return f"{seconds * 1000:.3g} ms"
+
+
+def short_duration(seconds: float) -> str:
+    """``seconds`` as a config option is written: ``2592000.0`` → ``"30d"``, ``7200`` →
+    ``"2h"``, ``90.5`` → ``"90.5s"`` (the largest unit it is a whole number of); what
+    :func:`parse_duration` reads back. Used by the stores' ``describe()``."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:.12g}s"
 
 
 def _count(value: float, unit: str) -> str:

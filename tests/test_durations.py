@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.durations import format_duration, parse_duration
+from storage.durations import format_duration, parse_duration, short_duration
 from storage.errors import InvalidArgumentError
 
 
@@ -66,3 +66,16 @@ def test_units_scale(n: int, unit: str) -> None:
 )
 def test_format_duration_writes_it_as_people_do(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [(2592000.0, "30d"), (1209600, "2w"), (7200, "2h"), (90, "90s"), (90.5, "90.5s"), (60, "1m")],
+)
+def test_short_duration_is_how_config_spells_it_and_reads_back(
+    seconds: float, written: str
+) -> None:
+    """What ``describe()`` shows (``retention=30d``, not ``2.592e+06s``) is what a URL
+    takes, and it parses back to the same seconds."""
+    assert short_duration(seconds) == written
+    assert parse_duration(written) == seconds

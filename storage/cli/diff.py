@@ -21,7 +21,7 @@ from storage.cli.output import Output
 from storage.cli.registry import command
 from storage.cli.words import plural
 from storage.eval.diff import ConversationDiff, DiffReport, StackRun, diff_urls
-from storage.eval.measure import Figures, check_fresh
+from storage.eval.measure import Figures, check_built, check_fresh
 
 __all__ = ["COLUMNS", "report_json", "report_rows"]
 
@@ -132,6 +132,7 @@ async def _cmd_diff(args: argparse.Namespace, out: Output, stack: None) -> int:
     conversations = read_conversations(args.files)
     first, second = _sources(args)
     check_fresh((first, second), command="diff")
+    await check_built((first, second), command="diff")
     out.note(
         f"comparing 2 stacks on {plural(len(conversations), 'conversation')} "
         "(fresh stores, nothing is kept)"

@@ -27,6 +27,7 @@ from storage.eval.measure import (
     DEFAULT_EVAL_URLS,
     EvalReport,
     Figures,
+    check_built,
     check_fresh,
     evaluate_urls,
 )
@@ -115,7 +116,9 @@ def load_extractor(name: str | None) -> FactExtractor:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"--facts {name!r}: cannot import {module_name!r}: {exc}") from exc
+        raise ConfigError(
+            f"--facts {name!r}: cannot import {module_name!r}: {exc}{_path_hint(module_name, exc)}"
+        ) from exc
     found = getattr(module, attribute, None)
     if not callable(found):
         raise ConfigError(f"--facts {name!r}: {module_name} has no callable {attribute!r}")
@@ -123,11 +126,25 @@ def load_extractor(name: str | None) -> FactExtractor:
     return extractor
 
 
+def _path_hint(module_name: str, exc: ImportError) -> str:
+    """Why a module beside the user may not import: the ``chatlayers`` command does not look
+    in the current directory (a console script's ``sys.path`` starts at its own)."""
+    top = module_name.split(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
+        return ""
+    local = Path(*module_name.split("."))
+    if local.with_suffix(".py").is_file() or (local / "__init__.py").is_file():
+        here = local.with_suffix(".py") if local.with_suffix(".py").is_file() else local
+        return f" ({here} is here, but not on the import path: run with PYTHONPATH=.)"
+    return " (is its directory on PYTHONPATH?)"
+
+
 async def _cmd_eval(args: argparse.Namespace, out: Output, stack: None) -> int:
     extractor = load_extractor(args.facts)
     conversations = read_conversations(args.files)
     sources = _sources(args)
     check_fresh(sources)
+    await check_built(sources)
     total = sum(len(c.messages) for c in conversations) * len(sources)
     out.note(
         f"measuring {plural(len(sources), 'stack')} on "

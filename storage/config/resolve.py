@@ -369,7 +369,16 @@ class _Resolution:
         given = set(options) | set(part.sources)
         for name, param in declared.items():
             if param.required and name not in given:
-                self._problem((*key, len(spec.options)), place, f"{label} needs option {name!r}")
+                # In a URL a nested component's options are prefixed by the option it is
+                # given in (summarizer.model=...); the owner may have one of the same name.
+                hint = (
+                    f" (in a URL: {part.option}.{name}=...)"
+                    if part.owner is not None and part.owner.spec.where.startswith("segment ")
+                    else ""
+                )
+                self._problem(
+                    (*key, len(spec.options)), place, f"{label} needs option {name!r}{hint}"
+                )
 
     def _nested(
         self, owner: _Part, index: int, name: str, value: ComponentSpec | str | Mapping[str, Any]

@@ -53,6 +53,7 @@ __all__ = [
     "EvalReport",
     "Figures",
     "ViewObserver",
+    "check_built",
     "check_fresh",
     "evaluate",
     "evaluate_urls",
@@ -233,6 +234,20 @@ def check_fresh(sources: Iterable[str | Path], *, command: str = "eval") -> None
     for source in sources:
         # Parsed only: nothing is created.
         fresh_spec(source, Path(tempfile.gettempdir()), command=command)
+
+
+async def check_built(sources: Iterable[str | Path], *, command: str = "eval") -> None:
+    """Build each source once over a fresh, empty store (:func:`fresh_spec`) and close it,
+    so a stack that cannot be built (a summarizer missing an option, an unknown PII entity)
+    is refused before anything is replayed, not after the stacks before it ran.
+
+    Raises:
+        ConfigError: as :func:`fresh_spec` and :func:`storage.config.open_storage`.
+    """
+    for source in sources:
+        with tempfile.TemporaryDirectory(prefix=f"chatlayers-{command}-") as directory:
+            async with open_storage(fresh_spec(source, Path(directory), command=command)):
+                pass
 
 
 async def evaluate_urls(

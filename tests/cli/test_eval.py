@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,53 @@ def test_facts_replaces_the_extractor(
         code, _, err = run(capsys, "eval", str(path), "--facts", bad)
         assert code == 1, bad
         assert "--facts" in err
+
+
+def test_facts_module_beside_the_user_is_found_or_the_error_says_pythonpath(
+    tmp_path: Path,
+) -> None:
+    """The path a user takes: the ``chatlayers`` console script, run where their extractor
+    is. A console script does not import from the current directory, so the error says
+    how to make it (``PYTHONPATH=.``), and with it the extractor is used."""
+    script = Path(sys.executable).with_name("chatlayers")
+    if not script.exists():
+        pytest.skip("the console script is not installed in this environment")
+    (tmp_path / "my_facts.py").write_text("def none(text):\n    return set()\n")
+    path = few(tmp_path, 2)
+    command = [str(script), "eval", str(path), "--url", "summarize?trigger_at=2::memory://"]
+    env = {"PATH": str(script.parent), "HOME": str(tmp_path)}
+    bare = subprocess.run(
+        [*command, "--facts", "my_facts:none"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bare.returncode == 1
+    assert "my_facts.py is here, but not on the import path: run with PYTHONPATH=." in bare.stderr
+    found = subprocess.run(
+        [*command, "--facts", "my_facts:none", "--json"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": "."},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["total"]["facts"] == 0  # the extractor finds none
+
+
+def test_a_stack_that_cannot_be_built_is_refused_before_any_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second stack's mistake is found before the first stack's whole run, and
+    nothing claims to be measuring."""
+    good, bad = "summarize?trigger_at=6::memory://", "summarize?summarizer=litellm::memory://"
+    code, out, err = run(capsys, "eval", str(few(tmp_path, 3)), "--url", good, "--url", bad)
+    assert code == 1
+    assert "summarizer 'litellm' needs option 'model'" in err
+    assert "measuring" not in err + out
+    assert "replaying" not in err + out

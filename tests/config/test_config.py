@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import textwrap
 from pathlib import Path
 from typing import Any, Literal
@@ -157,7 +158,11 @@ def test_bad_urls(url: str, message: str) -> None:
             "summarize?summarizer=extractive&summarizer.max_chars=5::memory://",
             "summarizer 'extractive': max_chars",
         ),
-        ("summarize?summarizer=litellm::memory://", "summarizer 'litellm' needs option 'model'"),
+        (
+            "summarize?summarizer=litellm&model=gpt-4o::memory://",
+            # the layer's model is the tokenizer's; the summarizer's is written apart
+            re.escape("summarizer 'litellm' needs option 'model' (in a URL: summarizer.model=...)"),
+        ),
         ("transform::memory://", "layer 'transform' needs option 'transform'"),
         ("transform?transform=nomodule_xyz:f::memory://", "cannot import 'nomodule_xyz'"),
     ],

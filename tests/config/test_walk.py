@@ -105,7 +105,7 @@ def test_memory_from_url() -> None:
     assert isinstance(store, InMemoryChatStorage)
     assert store.retention == 30 * 86400.0
     assert store.purge_interval == 900.0
-    assert store.describe() == "memory:// (retention=2.592e+06s)"
+    assert store.describe() == "memory:// (retention=30d)"
     with pytest.raises(ConfigError, match="takes no location"):
         open_storage("memory://somewhere")
     with pytest.raises(ConfigError, match="store 'memory' has no option 'x'"):

@@ -30,7 +30,13 @@ from storage.abilities import (
     Tail,
     Timeline,
 )
-from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
+from storage.durations import (
+    Duration,
+    PositiveDuration,
+    parse_duration,
+    parse_positive_duration,
+    short_duration,
+)
 from storage.errors import InvalidArgumentError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.search import scan_search
@@ -196,7 +202,7 @@ class JsonlChatStorage(Maintenance, BaseStore):
     def _describe_options(self) -> str:
         options = f"fsync={self.fsync}"
         if self.retention is not None:
-            options += f", retention={self.retention:g}s"
+            options += f", retention={short_duration(self.retention)}"
         return options
 
     def _forget(self, prefix: str, *, lines: bool = False) -> None:

@@ -21,7 +21,13 @@ from storage.abilities import (
     Timeline,
     mark_rewound,
 )
-from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
+from storage.durations import (
+    Duration,
+    PositiveDuration,
+    parse_duration,
+    parse_positive_duration,
+    short_duration,
+)
 from storage.errors import ConfigError
 from storage.history import safe_window
 from storage.message import ChatKey, ChatMessage
@@ -111,7 +117,7 @@ class InMemoryChatStorage(BaseStore):
         return store
 
     def _describe_options(self) -> str:
-        return "" if self.retention is None else f"retention={self.retention:g}s"
+        return "" if self.retention is None else f"retention={short_duration(self.retention)}"
 
     # --- internals -----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from storage.abilities import (
 )
 from storage.checked import Check
 from storage.codec import decode
-from storage.durations import PositiveDuration, parse_positive_duration
+from storage.durations import PositiveDuration, parse_positive_duration, short_duration
 from storage.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from storage.history import drop_orphaned_results
 from storage.message import ChatKey, ChatMessage
@@ -220,7 +220,7 @@ class PostgresChatStorage(BaseStore):
     def _describe_options(self) -> str:
         options = f"table={self.schema}.{self.table}"
         if self.retention is not None:
-            options += f", retention={self.retention:g}s"
+            options += f", retention={short_duration(self.retention)}"
         return options
 
     def _unavailable(self, exc: BaseException) -> StorageUnavailableError:

@@ -18,7 +18,7 @@ from storage.abilities import (
     Timeline,
 )
 from storage.checked import Check
-from storage.durations import parse_positive_duration
+from storage.durations import parse_positive_duration, short_duration
 from storage.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from storage.message import ChatKey, ChatMessage
 from storage.redact import redact_text, redact_url, secrets_of_options, secrets_of_url
@@ -205,7 +205,7 @@ class RedisChatStorage(BaseStore):
         return StorageUnavailableError(f"Redis at {self.url}: {detail}")
 
     def _describe_options(self) -> str:
-        extra = f", ttl={self.ttl:.12g}s" if self.ttl else ""
+        extra = f", ttl={short_duration(self.ttl)}" if self.ttl else ""
         kind = ", cluster" if self.cluster else ""
         return f"prefix={self.prefix!r}{extra}{kind}"
 

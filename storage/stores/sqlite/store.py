@@ -35,7 +35,13 @@ from storage.abilities import (
     Timeline,
 )
 from storage.codec import DecodeCache
-from storage.durations import Duration, PositiveDuration, parse_duration, parse_positive_duration
+from storage.durations import (
+    Duration,
+    PositiveDuration,
+    parse_duration,
+    parse_positive_duration,
+    short_duration,
+)
 from storage.errors import ConfigError, InvalidArgumentError
 from storage.message import ChatKey, ChatMessage
 from storage.stores.base import BaseStore, SessionRow, conflict
@@ -71,14 +77,6 @@ _DEFAULT_CACHE_CHARS: Final = 32 * 1024 * 1024
 _OPTIONS: Final = frozenset(
     {"synchronous", "busy_timeout", "cache_chars", "create", "retention", "purge_interval", "clock"}
 )
-
-
-def _duration(seconds: float) -> str:
-    """``2592000.0`` → ``"30d"``, as people write durations (``90.5`` → ``"90.5s"``)."""
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 class SQLiteChatStorage(BaseStore):
@@ -200,7 +198,7 @@ class SQLiteChatStorage(BaseStore):
     def _describe_options(self) -> str:
         options = f"synchronous={self.synchronous}"
         if self.retention is not None:
-            options += f", retention={_duration(self.retention)}"
+            options += f", retention={short_duration(self.retention)}"
         return options
 
     async def _close(self) -> None:

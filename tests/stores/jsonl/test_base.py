@@ -49,7 +49,7 @@ async def test_from_url_absolute_and_relative(
 def test_from_url_with_query_options_and_retention(tmp_path: Path) -> None:
     store = JsonlChatStorage.from_url(f"jsonl://{tmp_path}/q?retention=30d", retention="30d")
     assert store.retention == 30 * 86400
-    assert store.describe() == f"jsonl://{tmp_path}/q (fsync=batch, retention=2.592e+06s)"
+    assert store.describe() == f"jsonl://{tmp_path}/q (fsync=batch, retention=30d)"
 
 
 @pytest.mark.parametrize(

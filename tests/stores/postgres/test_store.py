@@ -280,7 +280,7 @@ def test_from_url_keeps_driver_query_and_redacts() -> None:
     described = s.describe()
     assert described == (
         "postgresql://me:***@h:5433/db?sslmode=require&schema=chat&table=t1 "
-        "(table=chat.t1, retention=2.592e+06s)"
+        "(table=chat.t1, retention=30d)"
     )
     assert "pw-secret" not in repr(s)
     # A driver parameter handed over as an option (a generic converter) stays in the DSN.

@@ -549,7 +549,7 @@ def test_from_url_keeps_driver_options_in_the_url_and_redacts() -> None:
     url = "redis://user:pw-secret@h:1/2?prefix=p1&ttl=30d&socket_timeout=3"
     s = RedisChatStorage.from_url(url, prefix="p2", cluster=False)
     assert (s.prefix, s.ttl, s.cluster) == ("p2", 30 * 86400, False)  # options win
-    assert s.describe() == f"{redact_url(url)} (prefix='p2', ttl=2592000s)"
+    assert s.describe() == f"{redact_url(url)} (prefix='p2', ttl=30d)"
     assert "pw-secret" not in s.describe()
     kwargs = cast(Any, s._client).connection_pool.connection_kwargs
     assert (kwargs["db"], kwargs["socket_timeout"], kwargs["password"]) == (2, 3.0, "pw-secret")
