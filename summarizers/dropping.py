@@ -1,7 +1,7 @@
 """What a summary over its budget drops first: lines and parts of ledger entries, weighed.
 
 :meth:`summarizers.notes.Notes.bound` hands over **units**: each line of a list section
-(requests, done, said, open, earlier notes) and each top-level part of a ledger or option
+(requests, done, declined, said, open, earlier notes) and each top-level part of a ledger or option
 entry (``cabin=economy``, ``flights=[...]``; the entry's key goes with its last part). A
 unit's worth per character decides what goes: what its section is worth on its own (a
 request, an action, an open question matter without facts), plus the facts it alone states
@@ -31,6 +31,7 @@ WORTH: Final = {
     "open": (3.0, 1.0),
     "requests": (1.0, 1.0),
     "done": (2.0, 1.0),
+    "declined": (2.0, 1.0),
     "ledger": (0.5, 1.0),
     "notes": (0.3, 1.0),
     "said": (0.2, 1.0),

@@ -10,6 +10,9 @@ It keeps what an agent needs to carry on (see :mod:`summarizers.notes` for the l
 - **Done**: each call of a tool that changes something (its name starts with a verb such as
   book, cancel, update, refund, create, place, issue, apply, send, delete, add), its arguments
   and its outcome (``ok`` or the error, quoted): what was booked, cancelled, refunded;
+- **Declined**: every refusal of the assistant ("it cannot be canceled for a refund"),
+  quoted, after the identifier it is about (:mod:`summarizers.refusals`): asked again, the
+  agent should say the same;
 - **Assistant said**: decisions and commitments and every sentence stating a fact no tool
   result holds (a computed total), quoted; not its questions to the user, which the record
   answers (the last one, unanswered, is under Open);
@@ -49,6 +52,7 @@ from summarizers.facts import fact_keys, has_fact
 from summarizers.ledger import Entry, compact_value, json_entries, label_of, parse_json
 from summarizers.notes import Notes
 from summarizers.quoting import quote
+from summarizers.refusals import refusal_lines
 from summarizers.render import (
     SummaryPlan,
     build_result,
@@ -64,6 +68,7 @@ from summarizers.sentences import (
     identifies_only,
     is_reply_only,
     last_question,
+    plain_sentences,
     request_text,
     restates,
     sentences,
@@ -285,9 +290,14 @@ class ExtractiveSummarizer:
     ) -> None:
         limit = self.sentence_chars
         # Rendering the notes costs: not for a message of tool calls only.
-        for line in assistant_lines(text, limit, notes.render()) if text.strip() else []:
-            notes.add("said", line)
-            _note_sources(line, message.id, sources)
+        if text.strip():
+            for line in assistant_lines(text, limit, notes.render()):
+                notes.add("said", line)
+                _note_sources(line, message.id, sources)
+            records = {e.ident for e in notes.ledger if e.ident is not None}
+            for line in refusal_lines(plain_sentences(text), limit, records):
+                notes.add("declined", line)
+                _note_sources(line, message.id, sources)
         for call in message.tool_calls:
             thought = _thought(call, limit)
             if thought:

@@ -7,6 +7,8 @@ whole as a record whose quoted text is data, never instructions)::
     - "I need to change my flight back from Denver to Houston to May 27."
     Done:
     - update_reservation_flights(reservation_id=OBUT9V, ...) -> failed: "Error: not enough seats"
+    Declined:
+    - 4NQLHD: "Unfortunately, basic economy flights cannot be modified."
     Assistant said:
     - "The total is $239; which payment method would you like to use?"
     Ledger:
@@ -45,6 +47,7 @@ SECTIONS: Final = {
     "notes": "Earlier notes:",
     "requests": "User requests:",
     "done": "Done:",
+    "declined": "Declined:",
     "said": "Assistant said:",
     "ledger": "Ledger:",
     "options": "Options seen:",
@@ -71,6 +74,7 @@ class Notes:
     notes: list[str] = attrs.field(factory=list)
     requests: list[str] = attrs.field(factory=list)
     done: list[str] = attrs.field(factory=list)
+    declined: list[str] = attrs.field(factory=list)
     said: list[str] = attrs.field(factory=list)
     ledger: list[Entry] = attrs.field(factory=list)
     options: list[Entry] = attrs.field(factory=list)
@@ -258,6 +262,6 @@ class Notes:
                 for i, e in enumerate(entries)
                 if (name, i) in kept
             ]
-        for name in ("notes", "requests", "done", "said", "open"):
+        for name in ("notes", "requests", "done", "declined", "said", "open"):
             lines: list[str] = getattr(self, name)
             lines[:] = [line for i, line in enumerate(lines) if (name, i) in kept]

@@ -12,7 +12,8 @@
 - an **assistant** message keeps its decisions and commitments and the sentences stating a
   fact the summary does not hold yet (:func:`assistant_lines`); its questions to the user
   were answered by the time they are summarized (an unanswered last question is under Open),
-  and announcing a lookup ("I have found your profile.") is not a decision.
+  announcing a lookup ("I have found your profile.") is not a decision, and its refusals
+  are kept apart (:mod:`summarizers.refusals`).
 
 Text is only ever quoted (:mod:`summarizers.quoting`): what users and tools said is data.
 """
@@ -25,6 +26,7 @@ from typing import Final
 
 from summarizers.facts import fact_keys, fact_spans, has_fact
 from summarizers.quoting import quote
+from summarizers.refusals import is_refusal
 from summarizers.render import SENTENCE_END, first_sentence, shorten
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "identifies_only",
     "is_reply_only",
     "last_question",
+    "plain_sentences",
     "request_text",
     "restates",
     "sentences",
@@ -362,16 +365,22 @@ def assistant_lines(text: str, limit: int, known: str) -> list[str]:
     user are left out unless they state such a fact: the reply follows in the record (the
     last question, still open, is under Open). A message with neither (a greeting, "I can
     help with that.") gives no line."""
-    plain = [_MARKUP.sub("", s).strip(" -") for s in sentences(text)]
-    plain = [s for s in plain if s]
     picked = []
-    for sentence in plain:
+    for sentence in plain_sentences(text):
+        if is_refusal(sentence):
+            continue  # under Declined (summarizers.refusals)
         new_fact = any(value not in known for value in fact_keys(sentence).values())
         asking = sentence.endswith("?") or bool(_ASKS.search(sentence))
         decided = _COMMITMENT.search(sentence) and not _LOOKUP.search(_plain(sentence))
         if new_fact or (decided and not asking):
             picked.append(sentence)
     return [quote(" ".join(picked), limit)] if picked else []
+
+
+def plain_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` without markdown emphasis, headings or list dashes."""
+    plain = [_MARKUP.sub("", s).strip(" -") for s in sentences(text)]
+    return [s for s in plain if s]
 
 
 def last_question(text: str, limit: int) -> str:

@@ -126,9 +126,11 @@ def test_assistant_lines_keep_decisions_and_new_facts_not_questions() -> None:
     assert assistant_lines("Hello! I can help with that.", 160, known) == []
     assert assistant_lines("I'll need your user ID. Could you provide it?", 160, known) == []
     assert assistant_lines("I'll be happy to assist you.", 160, known) == []
-    assert assistant_lines("Basic economy cannot be modified. Shall I cancel?", 160, known) == [
-        '"Basic economy cannot be modified."'
-    ]
+    # A refusal is under Declined (summarizers.refusals), not said twice.
+    assert assistant_lines("Basic economy cannot be modified. Shall I cancel?", 160, known) == []
+    assert assistant_lines(
+        "It has been cancelled. Basic economy cannot be modified.", 160, known
+    ) == ['"It has been cancelled."']
     # A question that states a fact the summary does not hold yet keeps it.
     assert assistant_lines("The total is $239; shall I charge your card?", 160, known) == [
         '"The total is $239; shall I charge your card?"'
