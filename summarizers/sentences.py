@@ -185,6 +185,21 @@ _VAGUE_WORDS: Final = frozenset(
         "for",
         "information",
         "request",
+        # Asking to look again or to wait ("Can you check again?", "Can you hold on for a
+        # moment?"): what is looked at is in the lines around it.
+        "again",
+        "once",
+        "more",
+        "try",
+        "double",
+        "hold",
+        "on",
+        "wait",
+        "a",
+        "moment",
+        "second",
+        "minute",
+        "let",
     ]
 )
 # Asking for something ("Could you...", "please", "I'd like", "I want"), anywhere in a sentence.

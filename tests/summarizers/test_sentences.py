@@ -32,6 +32,11 @@ from tests.summarizers.test_render import assistant, history, text_turn, tool, u
         "Can you help with that?",
         "Does that work?",
         "In the meantime, is there anything we can do to move forward?",
+        # asking to look again or to wait: what is looked at is in the lines around it
+        "Can you check again?",
+        "Can you hold on for a moment?",
+        "Could you double-check that for me?",
+        "Please wait a second.",
     ],
 )
 def test_a_reply_that_only_allows_or_points_back_keeps_nothing(text: str) -> None:
@@ -45,6 +50,8 @@ def test_a_reply_that_only_allows_or_points_back_keeps_nothing(text: str) -> Non
         "Yes, use gift card 6276644.",  # a fact
         "Could you please proceed with the cancellation first?",  # a request with an order
         "Can you check options for EWR as well?",  # it names something
+        "Can you check the flights to JFK again?",
+        "Can you try a different card?",
         "Change of plan.",  # an answer (the reason asked for)
         "",  # no content: noted as such
     ],
