@@ -16,6 +16,7 @@ passengers' birth dates go.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -76,11 +77,15 @@ class _Weighing:
     shared: Counter[str] = attrs.field(init=False, factory=Counter)
     alive: set[int] = attrs.field(init=False)
     lines_left: Counter[str] = attrs.field(init=False, factory=Counter)
+    # Whose score a drop can change: the units stating a fact (their key's too), and the
+    # parts of one line (the last one left also frees the key).
+    by_fact: dict[str, set[int]] = attrs.field(init=False, factory=dict)
+    by_owner: dict[tuple[str, int], set[int]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.facts = [set(fact_keys(unit.text)) for unit in self.units]
         self.alive = set(range(len(self.units)))
-        for unit, found in zip(self.units, self.facts, strict=True):
+        for position, (unit, found) in enumerate(zip(self.units, self.facts, strict=True)):
             self.shared.update(found)
             if not unit.key:
                 self.lines_left[unit.section] += 1
@@ -89,6 +94,17 @@ class _Weighing:
                 self.shared.update(self.key_facts[unit.owner])
                 self.lines_left[unit.section] += 1
             self.parts_left[unit.owner] += 1
+            self.by_owner.setdefault(unit.owner, set()).add(position)
+            for fact in found | self.key_facts.get(unit.owner, set()):
+                self.by_fact.setdefault(fact, set()).add(position)
+
+    def touched(self, position: int) -> set[int]:
+        """The units left whose score dropping ``position`` may change."""
+        unit = self.units[position]
+        out = set(self.by_owner[unit.owner])
+        for fact in self.facts[position] | self.key_facts.get(unit.owner, set()):
+            out |= self.by_fact[fact]
+        return out & self.alive
 
     def last_of_its_line(self, position: int) -> bool:
         return self.parts_left[self.units[position].owner] == 1
@@ -151,9 +167,24 @@ def drop(
     (positions of entry parts) weigh twice. ``sizes``: lines per section, for recency;
     ``headings``: characters of each section's heading line, freed with its last line."""
     weighing = _Weighing(units, sizes, headings, in_use)
+    # A heap of (score, position), recomputed only for the units a drop touches (stale
+    # entries are skipped): the same choices as weighing every unit after every drop.
+    held = set(kept)
+    current = {p: weighing.score(p) for p in weighing.alive}
+    heap = [(score, p) for p, score in current.items() if p not in held]
+    heapq.heapify(heap)
     while excess > 0 and weighing.lines > 1:
-        spare = len(weighing.alive) > len(kept) + 1
-        candidates = [p for p in weighing.alive if not (spare and p in kept)]
-        position = min(candidates, key=lambda p: (weighing.score(p), p))
+        if held and len(weighing.alive) <= len(held) + 1:
+            for p in held & weighing.alive:
+                heapq.heappush(heap, (current[p], p))
+            held = set()
+        score, position = heapq.heappop(heap)
+        if position not in weighing.alive or current[position] != score:
+            continue
+        touched = weighing.touched(position)
         excess -= weighing.remove(position)
+        for p in touched - {position}:
+            current[p] = weighing.score(p)
+            if p not in held:
+                heapq.heappush(heap, (current[p], p))
     return [units[p] for p in sorted(weighing.alive)]
