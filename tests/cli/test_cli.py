@@ -27,7 +27,7 @@ from storage.message import AgentMessage, ChatKey, ChatMessage
 from storage.protocol import AsyncContextMixin
 from storage.stores.memory import InMemoryChatStorage
 from storage.stores.sqlite import SQLiteChatStorage
-from tests.cli.helpers import run
+from tests.cli.helpers import run, run_script
 from tests.paths import REPO
 
 DATA = REPO / "examples" / "data"
@@ -641,19 +641,8 @@ def test_rich_table_in_a_terminal_plain_when_piped() -> None:
 
 
 def test_console_script_subprocess(tmp_path: Path) -> None:
-    script = Path(sys.executable).with_name("chatlayers")
-    if not script.exists():
-        pytest.skip("the console script is not installed in this environment")
-    env = {"PATH": str(script.parent), "CHATLAYERS_PII_SECRET": SECRET, "HOME": str(tmp_path)}
-    result = subprocess.run(
-        [str(script), "replay", "--json", str(SWE)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = {"CHATLAYERS_PII_SECRET": SECRET, "HOME": str(tmp_path)}
+    result = run_script(["replay", "--json", str(SWE)], tmp_path, env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["messages_stored"] == 24

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from storage.eval.measure import DEFAULT_EVAL_URLS
-from tests.cli.helpers import TAU, few, run
+from tests.cli.helpers import TAU, few, run, run_script
 
 
 @pytest.fixture(autouse=True)
@@ -163,33 +161,14 @@ def test_facts_module_beside_the_user_is_found_or_the_error_says_pythonpath(
     """The path a user takes: the ``chatlayers`` console script, run where their extractor
     is. A console script does not import from the current directory, so the error says
     how to make it (``PYTHONPATH=.``), and with it the extractor is used."""
-    script = Path(sys.executable).with_name("chatlayers")
-    if not script.exists():
-        pytest.skip("the console script is not installed in this environment")
     (tmp_path / "my_facts.py").write_text("def none(text):\n    return set()\n")
     path = few(tmp_path, 2)
-    command = [str(script), "eval", str(path), "--url", "summarize?trigger_at=2::memory://"]
-    env = {"PATH": str(script.parent), "HOME": str(tmp_path)}
-    bare = subprocess.run(
-        [*command, "--facts", "my_facts:none"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    command = ["eval", str(path), "--url", "summarize?trigger_at=2::memory://"]
+    command += ["--facts", "my_facts:none"]
+    bare = run_script(command, tmp_path, {"HOME": str(tmp_path)})
     assert bare.returncode == 1
     assert "my_facts.py is here, but not on the import path: run with PYTHONPATH=." in bare.stderr
-    found = subprocess.run(
-        [*command, "--facts", "my_facts:none", "--json"],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": "."},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    found = run_script([*command, "--json"], tmp_path, {"HOME": str(tmp_path), "PYTHONPATH": "."})
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)[0]["total"]["facts"] == 0  # the extractor finds none
 
