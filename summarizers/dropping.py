@@ -50,12 +50,14 @@ _STATE: Final = re.compile(r"^\w+=[a-z][\w -]{0,23}$")
 @attrs.frozen
 class Unit:
     """What :func:`drop` weighs: a line of ``section`` (``key`` ``""``), or a part of the
-    ``index``-th entry of ``section`` whose key is ``key``."""
+    ``index``-th entry of ``section`` whose key is ``key``; a ``head`` part (what the record
+    is: a route, a name) goes only with the entry's last part."""
 
     section: str
     index: int
     text: str
     key: str = ""
+    head: bool = False
 
     @property
     def owner(self) -> tuple[str, int]:
@@ -105,6 +107,10 @@ class _Weighing:
         for fact in self.facts[position] | self.key_facts.get(unit.owner, set()):
             out |= self.by_fact[fact]
         return out & self.alive
+
+    def blocked(self, position: int) -> bool:
+        """Whether the unit is a head part whose entry has other parts left."""
+        return self.units[position].head and not self.last_of_its_line(position)
 
     def last_of_its_line(self, position: int) -> bool:
         return self.parts_left[self.units[position].owner] == 1
@@ -179,8 +185,9 @@ def drop(
                 heapq.heappush(heap, (current[p], p))
             held = set()
         score, position = heapq.heappop(heap)
-        if position not in weighing.alive or current[position] != score:
-            continue
+        stale = position not in weighing.alive or current[position] != score
+        if stale or weighing.blocked(position):
+            continue  # a blocked head is pushed again when its entry's other parts go
         touched = weighing.touched(position)
         excess -= weighing.remove(position)
         for p in touched - {position}:

@@ -52,7 +52,7 @@ from summarizers.facts import fact_keys, has_fact
 from summarizers.ledger import Entry, compact_value, json_entries, label_of, parse_json
 from summarizers.notes import Notes
 from summarizers.quoting import quote
-from summarizers.refusals import refusal_lines
+from summarizers.refusals import refusal_lines, same_refusal
 from summarizers.render import (
     SummaryPlan,
     build_result,
@@ -296,6 +296,7 @@ class ExtractiveSummarizer:
                 _note_sources(line, message.id, sources)
             records = {e.ident for e in notes.ledger if e.ident is not None}
             for line in refusal_lines(plain_sentences(text), limit, records):
+                notes.declined = [d for d in notes.declined if not same_refusal(line, d)]
                 notes.add("declined", line)
                 _note_sources(line, message.id, sources)
         for call in message.tool_calls:

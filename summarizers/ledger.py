@@ -371,8 +371,14 @@ def json_entries(
         if own is None or (_echoes(own, arguments, asked_key) and ident not in json.dumps(value)):
             entries.append(Entry(f"{label or name} {ident}", compact_value(value), source))
             return entries
-    _collect(value, name, source, entries, listed=False)
+    day = arguments.get("date") if arguments else None
+    _collect(value, name, source, entries, listed=False, list_day=_day(day))
     return entries or None
+
+
+def _day(value: Any) -> str:
+    """The ``YYYY-MM-DD`` of a call's ``date`` argument ("" when it has none)."""
+    return value[:10] if isinstance(value, str) and _DATE.match(value) else ""
 
 
 def _echoes(identity: tuple[str, str, str], arguments: Mapping[str, Any], first: str) -> bool:
@@ -383,10 +389,22 @@ def _echoes(identity: tuple[str, str, str], arguments: Mapping[str, Any], first:
     return key != first and given is not None and str(given) == value
 
 
-def _collect(value: Any, owner: str, source: str, out: list[Entry], *, listed: bool) -> None:
+def _collect(
+    value: Any,
+    owner: str,
+    source: str,
+    out: list[Entry],
+    *,
+    listed: bool,
+    day: str = "",
+    list_day: str = "",
+) -> None:
+    """Entries of ``value``; ``day``: the date of the records of a list a call asked for a
+    date (``list_day``: that date, given to the records of the lists inside ``value``)."""
     if isinstance(value, list):
+        many = listed or len(value) > 1
         for item in value:
-            _collect(item, owner, source, out, listed=listed or len(value) > 1)
+            _collect(item, owner, source, out, listed=many, day=list_day, list_day=list_day)
         return
     if not isinstance(value, Mapping):
         return
@@ -395,12 +413,16 @@ def _collect(value: Any, owner: str, source: str, out: list[Entry], *, listed: b
         # A wrapper ({"orders": [...], "count": 3}): its records are the entries.
         for key, item in value.items():
             if isinstance(item, list | Mapping):
-                _collect(item, _singular(str(key)), source, out, listed=listed)
+                name = _singular(str(key))
+                _collect(item, name, source, out, listed=listed, day=day, list_day=list_day)
         return
     id_key, label, ident = identity
     kind = label or _singular(owner) or "record"
-    when = next((str(v)[:10] for k, v in value.items() if k == "date" and _DATE.match(str(v))), "")
-    skip = frozenset({id_key, "date"} if when else {id_key})
+    own = next((str(v)[:10] for k, v in value.items() if k == "date" and _DATE.match(str(v))), "")
+    # A result listed for the date the call asked (search_direct_flight(date=...)) is that
+    # day's record: HAT069 on the 20th and on the 21st are two flights, two entries.
+    when = own or day
+    skip = frozenset({id_key, "date"} if own else {id_key})
     key = f"{kind} {ident}" + (f" {when}" if when else "")
     out.append(Entry(key, compact_value(value, skip=skip), source, listed))
 

@@ -35,7 +35,7 @@ import attrs
 
 from summarizers.dropping import WORTH, Unit, drop
 from summarizers.facts import fact_key, fact_spans
-from summarizers.ledger import Entry, merge, split_parts
+from summarizers.ledger import NAMED_PART, Entry, merge, split_parts
 from summarizers.short_form import facts_only
 
 __all__ = ["SECTIONS", "Notes"]
@@ -207,19 +207,13 @@ class Notes:
             body = body[: max_chars - 1].rstrip() + "…"
         return body
 
-    def _in_use(self, units: Sequence[Unit]) -> set[int]:
-        """Positions in ``units`` of the ledger and option entries the conversation is
-        about: named (as a whole word) by a request, the open question or the turns kept
-        verbatim."""
+    def _in_use(self, units: Sequence[Unit]) -> set[str]:
+        """The identities of the ledger and option entries the conversation is about: named
+        (as a whole word) by a request, the open question or the turns kept verbatim."""
         named = " ".join([self.focused, *(u.text for u in units if u.section in _GOALS)])
         words = set(_WORD.findall(named))
-        out = set()
-        for position, unit in enumerate(units):
-            if unit.section in ("ledger", "options"):
-                ident = getattr(self, unit.section)[unit.index].ident
-                if ident is not None and ident in words:
-                    out.add(position)
-        return out
+        entries = [*self.ledger, *self.options]
+        return {e.ident for e in entries if e.ident is not None and e.ident in words}
 
     def _units(self) -> list[Unit]:
         """What :meth:`_drop` weighs: each line of the list sections, each top-level part
@@ -232,36 +226,55 @@ class Notes:
             entries: list[Entry] = getattr(self, name)
             for i, entry in enumerate(entries):
                 parts = split_parts(entry.text, ", ") or [""]
-                units.extend(Unit(name, i, part, key=entry.key) for part in parts)
+                # The first part, when it is not a named value, says what the record is (a
+                # route, a name): it goes with the entry, never leaving a bare price behind.
+                units.extend(
+                    Unit(name, i, part, key=entry.key, head=p == 0 and not NAMED_PART.match(part))
+                    for p, part in enumerate(parts)
+                )
         return units
 
     def _drop(self, excess: int) -> None:
         """Drop lines and parts of entries until ``excess`` characters are gone or one line
-        is left (:func:`summarizers.dropping.drop`); the user's opening and newest requests
-        go only when nothing else is left."""
+        is left (:func:`summarizers.dropping.drop`). The user's opening and newest requests,
+        and the refusals about a record the conversation is about (named by a request, the
+        open question or the kept turns), go only when nothing else is left: asked to act on
+        that record, the agent must know what it already refused."""
         if not self.omitted:
             excess += len(_OMITTED) + 1
             self.omitted = True
         units = self._units()
+        in_use = self._in_use(units)
         asked = [p for p, unit in enumerate(units) if unit.section == "requests"]
+        kept = {asked[0], asked[-1]} if asked else set()
+        kept |= {
+            p
+            for p, unit in enumerate(units)
+            if unit.section == "declined" and in_use & set(_WORD.findall(unit.text))
+        }
         left = drop(
             units,
             excess,
             sizes={name: len(getattr(self, name)) for name in WORTH},
             headings={name: len(heading) + 1 for name, heading in SECTIONS.items()},
-            kept={asked[0], asked[-1]} if asked else set(),
-            in_use=self._in_use(units),
+            kept=kept,
+            in_use={p for p, unit in enumerate(units) if _ident(unit) in in_use},
         )
-        kept: dict[tuple[str, int], list[str]] = {}
+        parts: dict[tuple[str, int], list[str]] = {}
         for unit in left:
-            kept.setdefault(unit.owner, []).append(unit.text)
+            parts.setdefault(unit.owner, []).append(unit.text)
         for name in ("ledger", "options"):
             entries: list[Entry] = getattr(self, name)
             entries[:] = [
-                attrs.evolve(e, text=", ".join(kept[(name, i)]))
+                attrs.evolve(e, text=", ".join(parts[(name, i)]))
                 for i, e in enumerate(entries)
-                if (name, i) in kept
+                if (name, i) in parts
             ]
         for name in ("notes", "requests", "done", "declined", "said", "open"):
             lines: list[str] = getattr(self, name)
-            lines[:] = [line for i, line in enumerate(lines) if (name, i) in kept]
+            lines[:] = [line for i, line in enumerate(lines) if (name, i) in parts]
+
+
+def _ident(unit: Unit) -> str | None:
+    """The identity of the entry a part belongs to (``None`` for a line)."""
+    return Entry(unit.key, "").ident if unit.key else None

@@ -23,7 +23,9 @@ def weigh_every_unit(
     weighing = _Weighing(units, sizes, headings, in_use)
     while excess > 0 and weighing.lines > 1:
         spare = len(weighing.alive) > len(kept) + 1
-        candidates = [p for p in weighing.alive if not (spare and p in kept)]
+        candidates = [
+            p for p in weighing.alive if not (spare and p in kept) and not weighing.blocked(p)
+        ]
         position = min(candidates, key=lambda p: (weighing.score(p), p))
         excess -= weighing.remove(position)
     return [units[p] for p in sorted(weighing.alive)]
@@ -39,6 +41,7 @@ _TEXTS = st.sampled_from(
         'note="Leave it at the door"',
         "created_at=2024-05-08T11:24:52",
         "cabin=basic_economy",
+        "IAH→SEA",
     ]
 )
 
@@ -52,8 +55,10 @@ def unit_lists(draw: st.DrawFn) -> tuple[list[Unit], dict[str, int]]:
         sizes[section] += 1
         if section in ("ledger", "options"):
             key = f"order ORD-{draw(st.integers(0, 3)):05d}"
-            for text in draw(st.lists(_TEXTS, min_size=1, max_size=4)):
-                units.append(Unit(section, index, text, key=key))
+            texts = draw(st.lists(_TEXTS, min_size=1, max_size=4))
+            head = draw(st.booleans())
+            for part, text in enumerate(texts):
+                units.append(Unit(section, index, text, key=key, head=head and part == 0))
         else:
             units.append(Unit(section, index, draw(_TEXTS)))
     return units, sizes

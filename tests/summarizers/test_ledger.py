@@ -254,3 +254,32 @@ def test_a_history_keeps_its_newest_record_as_the_state() -> None:
     # A list where one record has no moment is not a history.
     mixed = [*events[:1], {"status": "lost"}]
     assert compact_value({"events": mixed}).count("; ") == 1
+
+
+def test_results_listed_for_the_date_the_call_asked_are_that_days_records() -> None:
+    """``search_direct_flight(date=...)`` returns flights without a date of their own: keyed
+    by the flight number alone, the search for the 21st replaced the 20th's prices and the
+    options read as if undated. Each is now that day's flight."""
+    flights: list[dict[str, object]] = [
+        {"flight_number": "HAT069", "origin": "JFK", "destination": "SEA", "price": 51},
+        {"flight_number": "HAT083", "origin": "JFK", "destination": "SEA", "price": 64},
+    ]
+    first = json_entries(flights, "search_direct_flight", "m1", {"date": "2024-05-20"}) or []
+    later = [dict(f, price=int(str(f["price"])) + 10) for f in flights]
+    second = json_entries(later, "search_direct_flight", "m2", {"date": "2024-05-21"}) or []
+    assert [e.key for e in first] == ["flight HAT069 2024-05-20", "flight HAT083 2024-05-20"]
+    assert [e.key for e in second] == ["flight HAT069 2024-05-21", "flight HAT083 2024-05-21"]
+    assert all(e.listed for e in first + second)
+    both = merge(first, second)
+    assert len(both) == 4  # two days, two flights each: nothing replaced
+    assert "$51" in both[0].text
+    assert both[0].ident == "HAT069"  # a request naming HAT069 still finds it
+    # A list of one is a search result too; a record with a date of its own keeps it; one
+    # read alone is not listed for the date.
+    (one,) = json_entries(flights[:1], "search_direct_flight", "m5", {"date": "2024-05-20"}) or []
+    assert one.key == "flight HAT069 2024-05-20"
+    dated = [{**flights[0], "date": "2024-05-22"}]
+    (own,) = json_entries(dated, "x", "m3", {"date": "2024-05-20"}) or []
+    assert own.key == "flight HAT069 2024-05-22"
+    (alone,) = json_entries(flights[0], "get_flight", "m4", {"date": "2024-05-20"}) or []
+    assert alone.key == "flight HAT069"

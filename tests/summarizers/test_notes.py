@@ -160,3 +160,25 @@ def test_bounded_entries_keep_their_key_and_a_subset_of_their_parts_in_order(
             found = original[entry.key].find(part.split("=")[0], position)
             assert found >= position, (part, original[entry.key])
             position = found
+
+
+def test_over_budget_an_entry_keeps_what_it_is_while_any_part_of_it_stays() -> None:
+    """A route (or a name) first in an entry says what the record is: it goes with the
+    entry's last part, never leaving ``flight HAT083: scheduled_time_est=01:00→07:00``
+    (trial finding: options without their route)."""
+    options = [
+        Entry(
+            f"flight HAT0{n}0 2024-05-20",
+            f"JFK→SEA, scheduled_time_est=0{n}:00→07:00, prices=(economy=${100 + n})",
+            listed=True,
+        )
+        for n in range(8)
+    ]
+    notes = Notes(requests=['"Find me a flight to SEA."'], options=options)
+    for budget in range(150, len(notes.render()), 25):
+        trial = Notes(requests=list(notes.requests), options=list(options))
+        body = trial.bound(budget)
+        assert len(body) <= budget
+        for line in body.splitlines():
+            if line.startswith("- flight "):
+                assert line.partition(": ")[2].startswith("JFK→SEA"), (budget, line)
