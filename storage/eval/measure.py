@@ -405,7 +405,7 @@ class _Facts:
             isinstance(fact, str) for fact in found
         ):
             raise ConfigError(
-                f"the fact extractor {name} must return a set of str, got "
+                f"the fact extractor {name} must return a set (or list, tuple) of str, got "
                 f"{type(found).__name__}" + (" of other items" if isinstance(found, Set) else "")
             )
         return frozenset(found)

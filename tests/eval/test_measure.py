@@ -149,8 +149,8 @@ def _text(text: str) -> Set[str]:
     ("extractor", "message"),
     [
         (_raises, r"fact extractor _raises raised KeyError: .* characters\)"),
-        (_text, r"fact extractor _text must return a set of str, got str$"),
-        (lambda text: {1, 2}, r"must return a set of str, got set of other items"),
+        (_text, r"fact extractor _text must return a set \(or list, tuple\) of str, got str$"),
+        (lambda text: {1, 2}, r"a set \(or list, tuple\) of str, got set of other items"),
     ],
 )
 async def test_a_broken_fact_extractor_is_named(extractor: object, message: str) -> None:
