@@ -280,6 +280,8 @@ class ExtractiveSummarizer:
         if is_reply_only(text):
             return
         line = user_line(text, self.sentence_chars) or "(no content)"
+        if is_reply_only(line.strip('"')):
+            return  # what is left once the identification goes only allows what was proposed
         if answered and asks_only(line):
             return  # neither a goal nor open: the answer's facts are in the ledger
         notes.add("requests", line)
@@ -438,11 +440,13 @@ def _drop_identifications(notes: Notes) -> None:
     if not notes.requests or not notes.ledger:
         return
     known = set(fact_keys(" ".join(entry.line for entry in notes.ledger)))
-    notes.requests = [
+    kept = [
         without_identifications(line, known)
         for line in notes.requests
         if not (identifies_only(line) and set(fact_keys(line)) <= known)
     ]
+    # "My user ID is X. Yes, go ahead." leaves a consent, which the Done line says.
+    notes.requests = [line for line in kept if not is_reply_only(line.strip('"'))]
 
 
 def _drop_restated(notes: Notes) -> None:

@@ -290,3 +290,32 @@ async def test_through_a_summary_an_opener_restated_with_facts_goes() -> None:
     body = parse_summary((await ExtractiveSummarizer()(history(*turns, text_turn("B")), 1))[0])[1]
     assert "change my flight reservation" not in body
     assert '"I want to change the flight for reservation M05KNL."' in body
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "said",
+    [
+        "I have the reservation ID: [provide reservation ID]. Please go ahead with the cancel.",
+        "My user ID is mia_li_3668. Yes, please go ahead.",
+    ],
+)
+async def test_a_consent_left_once_the_identification_goes_keeps_no_line(said: str) -> None:
+    """tau-bench task 9 (trial finding): what is left of the message allows what was
+    proposed; the Done line says what it allowed."""
+    read = call("get_user_details", 1, user_id="mia_li_3668")
+    cancel = call("cancel_reservation", 2, reservation_id="H9ZU1C")
+    turns = [
+        [
+            user("I'd like to cancel reservation H9ZU1C."),
+            assistant(None, read),
+            tool(read, json.dumps({"user_id": "mia_li_3668", "name": "Mia Li"})),
+            assistant("Shall I cancel H9ZU1C?"),
+        ],
+        [user(said), assistant(None, cancel), tool(cancel, '{"status": "cancelled"}')],
+    ]
+    result = await ExtractiveSummarizer()(history(*turns, text_turn("B")), 1)
+    body = parse_summary(result[0])[1]
+    assert "go ahead" not in body
+    assert '- "I\'d like to cancel reservation H9ZU1C."' in body.splitlines()
+    assert "cancel_reservation(reservation_id=H9ZU1C) -> ok" in body
