@@ -386,10 +386,24 @@ def assistant_lines(text: str, limit: int, known: str) -> list[str]:
             continue  # under Declined (summarizers.refusals)
         new_fact = any(value not in known for value in fact_keys(sentence).values())
         asking = sentence.endswith("?") or bool(_ASKS.search(sentence))
-        decided = _COMMITMENT.search(sentence) and not _LOOKUP.search(_plain(sentence))
+        decided = (
+            _COMMITMENT.search(sentence)
+            and not _LOOKUP.search(_plain(sentence))
+            and not _is_list_item(sentence, text)
+        )
         if new_fact or (decided and not asking):
             picked.append(sentence)
     return [quote(" ".join(picked), limit)] if picked else []
+
+
+def _is_list_item(sentence: str, text: str) -> bool:
+    """Whether ``sentence`` is an item of a list in ``text`` ("2. Airline cancelled flight"
+    among the reasons offered), not a sentence ending in a stop: what it offers, not what
+    was decided."""
+    if sentence.rstrip().endswith((".", "!", "?")):
+        return False
+    item = rf"^\s*(?:\d{{1,2}}[.)]|[-*•])\s+(?:\W{{0,2}}){re.escape(sentence[:40])}"
+    return re.search(item, text, re.MULTILINE) is not None
 
 
 def plain_sentences(text: str) -> list[str]:

@@ -133,6 +133,13 @@ def test_assistant_lines_keep_decisions_and_new_facts_not_questions() -> None:
     assert assistant_lines("Hello! I can help with that.", 160, known) == []
     assert assistant_lines("I'll need your user ID. Could you provide it?", 160, known) == []
     assert assistant_lines("I'll be happy to assist you.", 160, known) == []
+    # The items of a list offered are what it offers, not decisions (trial: "Airline
+    # cancelled flight" read as if the airline had cancelled).
+    offered = "The options are:\n\n1. Change of plan\n2. Airline cancelled flight\n3. Other"
+    assert assistant_lines(offered, 160, known) == []
+    assert assistant_lines("Your reservation has been cancelled", 160, known) == [
+        '"Your reservation has been cancelled"'
+    ]
     # A refusal is under Declined (summarizers.refusals), not said twice.
     assert assistant_lines("Basic economy cannot be modified. Shall I cancel?", 160, known) == []
     assert assistant_lines(
