@@ -258,7 +258,11 @@ class Notes:
             sizes={name: len(getattr(self, name)) for name in WORTH},
             headings={name: len(heading) + 1 for name, heading in SECTIONS.items()},
             kept=kept,
-            in_use={p for p, unit in enumerate(units) if _ident(unit) in in_use},
+            in_use={
+                p
+                for p, unit in enumerate(units)
+                if unit.key and getattr(self, unit.section)[unit.index].ident in in_use
+            },
         )
         parts: dict[tuple[str, int], list[str]] = {}
         for unit in left:
@@ -273,8 +277,3 @@ class Notes:
         for name in ("notes", "requests", "done", "declined", "said", "open"):
             lines: list[str] = getattr(self, name)
             lines[:] = [line for i, line in enumerate(lines) if (name, i) in parts]
-
-
-def _ident(unit: Unit) -> str | None:
-    """The identity of the entry a part belongs to (``None`` for a line)."""
-    return Entry(unit.key, "").ident if unit.key else None

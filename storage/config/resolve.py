@@ -188,6 +188,7 @@ class _Resolution:
         self._problems: list[tuple[tuple[int, ...], Problem]] = []
         self._failed: set[tuple[int, ...]] = set()  # the keys of parts with a problem
         self._within = within  # the configurations being resolved around this one
+        self._url_source = False
 
     def _problem(self, key: tuple[int, ...], where: str, error: str | ConfigError) -> None:
         """Record a problem of the part whose key is ``key[:-1]``."""
@@ -197,6 +198,7 @@ class _Resolution:
 
     def stack(self, spec: StackSpec) -> StackPlan:
         spec = read_store_url(spec)
+        self._url_source = spec.source.startswith("URL ")  # as StackSpec.source says
         store = spec.store
         parts = [_Part(store, (0,))] if store.parsed else []
         parts += [_Part(layer, (n,)) for n, layer in enumerate(spec.layers, 1) if layer.parsed]
@@ -373,7 +375,7 @@ class _Resolution:
                 # given in (summarizer.model=...); the owner may have one of the same name.
                 hint = (
                     f" (in a URL: {part.option}.{name}=...)"
-                    if part.owner is not None and part.owner.spec.where.startswith("segment ")
+                    if part.owner is not None and self._url_source
                     else ""
                 )
                 self._problem(
