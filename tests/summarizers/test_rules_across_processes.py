@@ -97,8 +97,8 @@ async def test_two_workers_keep_the_newest_request_and_the_records_own_cabin(
     """tau-bench task 34 through two stack instances over one SQLite file (one saves the
     user's messages, the other the agent's, each fetching as an orchestrator does): in the
     view the agent changes the reservation from, the summary still says what the user asked
-    now and the cabin the request turns on, every model client accepts it, and a second
-    process serves the same view."""
+    now, the cabin the request turns on and the refusal already given about it, every model
+    client accepts it, a second process and a restart serve the same view."""
     tau = REPO / "examples" / "data" / "tau_bench_airline_gpt4o_trial0.openai.jsonl"
     conversation = read_conversations([tau])[34]
     key = conversation.key
@@ -117,9 +117,13 @@ async def test_two_workers_keep_the_newest_request_and_the_records_own_cabin(
     assert "first upgrade reservation XEHM4B to economy, then cancel it" in summary
     (entry,) = [line for line in summary.splitlines() if line.startswith("- reservation XEHM4B")]
     assert "cabin=basic_economy" in entry
+    # ...and what the agent already refused about it (the trial found it dropped here).
+    assert '- XEHM4B: "Unfortunately, it cannot be canceled for a refund' in summary
     assert refusals(view) == {}  # every strict chat template and provider takes it
     done = await anyio.run_process(
         [sys.executable, "-c", READ_KEY_VIEW, url, key.user_id, key.session_id, key.agent_id],
         cwd=REPO,
     )
     assert json.loads(done.stdout) == _rows(view)
+    async with open_storage(url) as restarted:
+        assert _rows(await restarted.fetch(key)) == _rows(view)  # a restart: no new summary
